@@ -1,0 +1,51 @@
+# A fresh machine needs only `make figures` and `make test`: every target builds the venv first.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NOTEBOOKS := $(sorted $(wildcard notebooks/10.*.ipynb))
+# One torch thread per notebook: tests run two notebooks at once on two cores.
+export OMP_NUM_THREADS ?= 1
+EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
+	--ExecutePreprocessor.timeout=1800 \
+	--ExecutePreprocessor.store_widget_state=False \
+	--ExecutePreprocessor.record_timing=False
+
+.PHONY: setup figures notebooks test bench lab chapter9 pretrain clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e '.[dev]'
+	touch $(STAMP)
+
+# Re-execute every notebook in place (stored outputs are what `make test` compares).
+notebooks: $(STAMP)
+	$(EXECUTE) --inplace $(NOTEBOOKS)
+	$(BIN)/python .ci/normalize_notebooks.py $(NOTEBOOKS)
+
+# Rebuild figures/ by executing the notebooks into a scratch copy; stored notebooks stay as they are.
+figures: $(STAMP)
+	tmp=$$(mktemp -d) && $(EXECUTE) --output-dir $$tmp $(NOTEBOOKS) && rm -rf $$tmp
+	@ls figures
+
+test: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks
+
+bench: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.bench
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+chapter9: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.chapter9
+
+pretrain: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.pretrain
+
+clean:
+	rm -rf $(VENV) .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,31 @@
+"""The shared figure style, and saving figures so that rebuilding them gives the same bytes.
+
+The unregularized run is drawn as the orange reference line in every TinyAgent panel.
+"""
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
+REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
+PALETTE = ("tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")
+FIGURES = Path(__file__).resolve().parent.parent / "figures"
+
+
+def use_style():
+    """The book-like look: small figures, light grid, no top/right spines."""
+    plt.rcParams.update({
+        "figure.dpi": 100, "savefig.dpi": 150, "font.size": 9, "axes.titlesize": 9,
+        "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+        "axes.spines.right": False, "legend.frameon": False, "svg.hashsalt": "tinyagent",
+    })
+
+
+def save_figure(fig, name, directory=FIGURES):
+    """Save `fig` as `name`.png and `name`.pdf with no timestamps, so rebuilds are byte-stable."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fig.savefig(directory / f"{name}.png", metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(directory / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None},
+                bbox_inches="tight")
+    return directory / f"{name}.png"
