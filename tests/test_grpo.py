@@ -1,0 +1,88 @@
+import pytest
+import torch
+
+from tinyagent.grpo import (RLConfig, compute_advantages, kl_penalty, policy_loss, rl_update,
+                            frozen_copy, sample_step, train_rl)
+from tinyagent.policy import Policy
+
+F64 = dict(dtype=torch.float64)
+
+
+def test_kl_penalty_on_the_worked_example():
+    logp = torch.log(torch.tensor([0.5, 0.3], **F64))
+    ref = torch.log(torch.tensor([0.2, 0.6], **F64))
+    expected = {"k1": [0.916, -0.693], "k2": [0.420, 0.240], "k3": [0.316, 0.307]}
+    for kind, values in expected.items():
+        assert torch.allclose(kl_penalty(logp, ref, kind), torch.tensor(values, **F64), atol=5e-4)
+
+
+def test_kl_penalty_bad_input():
+    x = torch.zeros(3, **F64)
+    with pytest.raises(ValueError, match="allowed: k1, k2, k3"):
+        kl_penalty(x, x, "k4")
+    with pytest.raises(ValueError, match="same shape"):
+        kl_penalty(x, torch.zeros(4, **F64), "k1")
+    with pytest.raises(ValueError, match="NaN"):
+        kl_penalty(x, torch.full((3,), float("nan"), **F64), "k3")
+
+
+def test_advantages_zero_on_identical_groups_and_normalized_otherwise():
+    rewards = torch.tensor([1, 1, 1, 1, 0, 1, 0, 1, 0, 0, 0, 0], **F64)
+    adv, zero_share = compute_advantages(rewards, 4)
+    assert (adv[:4] == 0).all() and (adv[8:] == 0).all()
+    assert zero_share == pytest.approx(2 / 3)
+    assert adv[4:8].mean().abs() < 1e-15 and adv[4:8].std().item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="divisible by group_size"):
+        compute_advantages(rewards, 5)
+
+
+def test_clip_bounds_on_both_sides():
+    cfg = RLConfig(eps_low=0.1, eps_high=0.3)
+    old = torch.zeros(1, 4, **F64)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    ratios = torch.tensor([[0.5, 0.95, 1.2, 1.6]], **F64)
+    logp = torch.log(ratios).requires_grad_(True)
+    loss, frac = policy_loss(logp, old, torch.tensor([1.0], **F64), mask, cfg)
+    loss.backward()
+    # positive advantage: only the ratio above 1 + eps_high = 1.3 loses its gradient
+    assert frac == 0.25 and (logp.grad[0, :3] != 0).all() and logp.grad[0, 3] == 0
+    logp.grad = None
+    loss, frac = policy_loss(logp, old, torch.tensor([-1.0], **F64), mask, cfg)
+    loss.backward()
+    # negative advantage: only the ratio below 1 - eps_low = 0.9 loses its gradient
+    assert frac == 0.25 and logp.grad[0, 0] == 0 and (logp.grad[0, 1:] != 0).all()
+
+
+def test_config_rejects_bad_values():
+    for bad in (dict(kl_coef=-0.1), dict(eps_high=-1), dict(temperature=0), dict(minibatches=3),
+                dict(group_size=0)):
+        with pytest.raises(ValueError):
+            RLConfig(**bad)
+
+
+def test_train_rl_is_deterministic_and_moves_the_policy():
+    cfg = RLConfig(tasks_per_step=2, group_size=4)
+    a, b = Policy(seed=2), Policy(seed=2)
+    ha = train_rl(a, cfg, steps=2, progress=False)
+    hb = train_rl(b, cfg, steps=2, progress=False)
+    assert ha == hb
+    for p, q, r in zip(a.parameters(), b.parameters(), Policy(seed=2).parameters()):
+        assert torch.equal(p, q)
+    assert any(not torch.equal(p, r) for p, r in zip(a.parameters(), Policy(seed=2).parameters()))
+    assert {"reward", "entropy", "k3_to_ref", "zero_adv_groups", "clip_frac", "reads",
+            "malformed"} <= set(ha[0])
+
+
+def test_kl_loss_pulls_toward_the_reference():
+    """With only the KL term (all advantages zero) an update must lower the KL it penalizes."""
+    cfg = RLConfig(tasks_per_step=2, group_size=4, kl_coef=1.0, kl_kind="k2", lr=1e-2)
+    policy, gen = Policy(seed=0), torch.Generator().manual_seed(0)
+    reference = Policy(seed=5)
+    batch = sample_step(policy, cfg, gen)
+    zero = torch.zeros(batch.rewards.shape, **F64)
+    first = rl_update(policy, reference, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero,
+                      cfg, gen)
+    second = rl_update(policy, reference, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero,
+                       cfg, gen)
+    assert second["kl"] < first["kl"]
+    assert frozen_copy(policy).head.weight.requires_grad is False

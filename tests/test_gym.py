@@ -1,0 +1,114 @@
+import torch
+import pytest
+
+from tinyagent.gym import (BLIND_CEILING, HELDOUT_TASKS, MAX_CALLS, TRAIN_TASKS, Episode,
+                           parse_call)
+from tinyagent.vocab import ID, VOCAB_SIZE, WORDS, decode, encode
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def call(ep, text):
+    """Run one call written with function indices, e.g. 'edit {2}', on an episode."""
+    words = text.format(*[WORDS[n] for n in ep.names]).split()
+    return decode(ep.step(encode(["<call>", *words, "</call>"])))
+
+
+def test_vocabulary_size_and_round_trip():
+    assert VOCAB_SIZE == 316
+    assert decode(encode("<call> read tests </call>")) == "<call> read tests </call>"
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        encode("rm -rf")
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        decode([VOCAB_SIZE])
+
+
+def test_every_tool_call_form():
+    task = next(t for t in TRAIN_TASKS if not t.needs_log)
+    ep = Episode.start(task, gen())
+    assert call(ep, "ls") == "<obs> files tests log src </obs>"
+    assert call(ep, "read tests") == f"<obs> fail {WORDS[ep.names[task.bug]]} </obs>"
+    assert call(ep, "cat log") == "<obs> log empty </obs>"
+    assert call(ep, "read src").startswith("<obs> src")
+    assert call(ep, "patch {%d}" % task.bug) == f"<obs> edited {WORDS[ep.names[task.bug]]} </obs>"
+    assert ep.reads == 3 and ep.malformed == 0
+    assert call(ep, "done") == "" and ep.done and ep.reward == 1.0
+
+
+@pytest.mark.parametrize("text", ["", "read", "read kind000", "edit tests", "edit fn000 fn001",
+                                  "submit tests", "tests read", "<call> ls"])
+def test_malformed_calls_are_counted_not_fatal(text):
+    ep = Episode.start(TRAIN_TASKS[0], gen())
+    ids = encode(text)
+    obs = ep.step(encode("<call>") + ids + encode("</call>"))
+    assert decode(obs) == "<obs> error malformed </obs>"
+    assert ep.malformed == 1 and not ep.done
+
+
+def test_unterminated_call_and_foreign_name_are_malformed():
+    ep = Episode.start(TRAIN_TASKS[0], gen())
+    assert parse_call(encode("<call> read tests tests"), ep.names) is None
+    foreign = next(n for n in range(VOCAB_SIZE) if WORDS[n].startswith("fn") and n not in ep.names)
+    assert parse_call([ID["<call>"], ID["edit"], foreign, ID["</call>"]], ep.names) is None
+
+
+def test_reward_only_for_the_right_edit_alone():
+    task = TRAIN_TASKS[3]
+    wrong = (task.bug + 1) % 5
+    for edits, reward in [([task.bug], 1.0), ([wrong], 0.0), ([wrong, task.bug], 0.0), ([], 0.0)]:
+        ep = Episode.start(task, gen())
+        for f in edits:
+            call(ep, "edit {%d}" % f)
+        call(ep, "submit")
+        assert ep.reward == reward, edits
+
+
+def test_turn_limit_ends_a_looping_episode():
+    ep = Episode.start(TRAIN_TASKS[0], gen())
+    for _ in range(MAX_CALLS):
+        call(ep, "ls")
+    assert ep.done and ep.reward == 0.0
+    with pytest.raises(ValueError, match="ended"):
+        call(ep, "ls")
+
+
+def test_log_tasks_name_a_caller_in_the_test_and_the_bug_in_the_log():
+    task = next(t for t in TRAIN_TASKS if t.needs_log)
+    ep = Episode.start(task, gen())
+    assert call(ep, "read tests") == f"<obs> fail {WORDS[ep.names[task.via]]} trace log </obs>"
+    assert call(ep, "read log") == f"<obs> error {WORDS[ep.names[task.bug]]} </obs>"
+    assert task.via != task.bug
+
+
+def test_blind_edits_succeed_one_time_in_five_and_reading_solves():
+    g = gen(1)
+    blind, solved = [], []
+    for i in range(2000):
+        task = TRAIN_TASKS[i % len(TRAIN_TASKS)]
+        ep = Episode.start(task, g)
+        call(ep, "edit {%d}" % int(torch.randint(5, (1,), generator=g)))
+        call(ep, "submit")
+        blind.append(ep.reward)
+        ep = Episode.start(task, g)                      # the scripted read-then-edit solver
+        obs = ep.step(encode("<call> read tests </call>"))
+        if ID["trace"] in obs:
+            obs = ep.step(encode("<call> read log </call>"))
+        ep.step([ID["<call>"], ID["edit"], obs[2], ID["</call>"]])
+        call(ep, "submit")
+        solved.append(ep.reward)
+    assert abs(sum(blind) / len(blind) - BLIND_CEILING) < 0.03
+    assert sum(solved) == len(solved)
+
+
+def test_splits_are_disjoint_and_sized():
+    assert len(HELDOUT_TASKS) == 10 and len(TRAIN_TASKS) == 200
+    assert not {(t.kinds, t.bug) for t in TRAIN_TASKS} & {(t.kinds, t.bug) for t in HELDOUT_TASKS}
+    assert sum(t.needs_log for t in HELDOUT_TASKS) == 2
+
+
+def test_names_are_redrawn_every_episode():
+    g = gen()
+    names = {Episode.start(TRAIN_TASKS[0], g).names for _ in range(20)}
+    assert len(names) == 20

@@ -1,0 +1,51 @@
+"""Held-out evaluation: pass@1 and pass@k with the unbiased estimator, distinct action
+sequences per task, reads and malformed calls per episode, and the per-token k3 distance of
+the sampled tokens from a reference policy."""
+from math import comb
+
+import torch
+
+from .grpo import kl_penalty, masked_mean
+from .gym import HELDOUT_TASKS
+from .sampler import rollout, token_logprobs
+
+
+def pass_at_k(n, c, k):
+    """Probability that k of n attempts, c of them passing, drawn without replacement, contain a
+    pass: 1 - C(n - c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def action_sequence(tokens, mask, names):
+    """An episode's policy tokens with each name replaced by its function's index, so that
+    attempts with different anonymous names compare equal when they act alike."""
+    out = []
+    for tok, is_policy in zip(tokens.tolist(), mask.tolist()):
+        if is_policy:
+            out.append(f"f{names.index(tok)}" if tok in names else tok)
+    return tuple(out)
+
+
+@torch.no_grad()
+def evaluate(policy, tasks=HELDOUT_TASKS, n=16, ks=(1, 8), seed=1234, reference=None,
+             temperature=1.0):
+    """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action
+    sequences per task, reads and malformed calls per episode, per-task pass counts, and (with a
+    `reference`) the mean per-token k3 of the sampled tokens against it."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = rollout(policy, [t for t in tasks for _ in range(n)], gen, temperature)
+    passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
+    out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}
+    seqs = [action_sequence(batch.tokens[i], batch.policy_mask[i], batch.episodes[i].names)
+            for i in range(len(batch.episodes))]
+    out["distinct"] = sum(len(set(seqs[j * n:(j + 1) * n])) for j in range(len(tasks))) / len(tasks)
+    out["reads"] = sum(e.reads for e in batch.episodes) / len(batch.episodes)
+    out["malformed"] = sum(e.malformed for e in batch.episodes) / len(batch.episodes)
+    out["passed_per_task"] = passed
+    if reference is not None:
+        ref_logp, _ = token_logprobs(reference, batch.tokens, temperature)
+        out["kl_from_ref"] = masked_mean(kl_penalty(batch.logp, ref_logp, "k3"),
+                                         batch.policy_mask).item()
+    return out

@@ -1,0 +1,160 @@
+"""The anonymized one-edit gym.
+
+A task is a module of five functions, each described by a kind word; exactly one function is
+broken, and the hidden tests pass only if that function, and no other, has been edited before
+`submit`. The agent acts through tool calls written as tokens:
+
+    <call> ls </call>                       list the files (harmless, tells nothing)
+    <call> read|cat tests|log|src </call>   read a file (two equivalent verbs)
+    <call> edit|patch NAME </call>          edit the function called NAME
+    <call> submit|done </call>              run the hidden tests and end the episode
+
+Names are drawn afresh for every episode from a pool of 120, so no answer can be memorized.
+Reading `tests` shows the failing test, which names the broken function: without reading, an
+edit is right one time in five (the blind ceiling of 0.2). In a minority of tasks the failing
+test names a caller and points to the log ("fail NAME trace log"); the broken function is the
+one the log names. A call that does not parse is malformed: the gym answers with an error
+observation, counts it, and goes on. Six calls end the episode.
+"""
+from dataclasses import dataclass, field
+
+import torch
+
+from .vocab import ID, KIND_IDS, NAME_IDS, encode
+
+N_FUNCTIONS = 5
+MAX_CALLS = 6            # the turn limit: a looping or babbling episode ends here
+MAX_CALL_TOKENS = 4      # the longest valid call, `<call> read tests </call>`
+BLIND_CEILING = 1 / N_FUNCTIONS
+
+CALL, END_CALL = ID["<call>"], ID["</call>"]
+READ_VERBS = {ID["read"], ID["cat"]}
+EDIT_VERBS = {ID["edit"], ID["patch"]}
+SUBMIT_VERBS = {ID["submit"], ID["done"]}
+LS = ID["ls"]
+TESTS, LOG, SRC = ID["tests"], ID["log"], ID["src"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One repair task. `kinds`: what each of the five functions does (kind-word ids);
+    `bug`: the function whose edit fixes it; `via`: for the minority that needs the log,
+    the caller the failing test names (None for the majority)."""
+    kinds: tuple
+    bug: int
+    via: int | None = None
+
+    @property
+    def needs_log(self):
+        return self.via is not None
+
+
+def make_tasks(n, n_log, gen, exclude=()):
+    """`n` distinct tasks, `n_log` of them of the log-reading minority, none in `exclude`."""
+    tasks, seen = [], set(exclude)
+    while len(tasks) < n:
+        kinds = tuple(KIND_IDS[i] for i in torch.randperm(len(KIND_IDS), generator=gen)[:N_FUNCTIONS])
+        bug = int(torch.randint(N_FUNCTIONS, (1,), generator=gen))
+        via = None
+        if len(tasks) < n_log:
+            via = (bug + 1 + int(torch.randint(N_FUNCTIONS - 1, (1,), generator=gen))) % N_FUNCTIONS
+        task = Task(kinds, bug, via)
+        if (kinds, bug) not in seen:
+            seen.add((kinds, bug))
+            tasks.append(task)
+    order = torch.randperm(n, generator=gen).tolist()
+    return [tasks[i] for i in order]
+
+
+def make_splits(seed=0, n_train=200, n_heldout=10, log_share=0.2):
+    """The training split and the held-out split (10 tasks), which share no task."""
+    gen = torch.Generator().manual_seed(seed)
+    heldout = make_tasks(n_heldout, round(log_share * n_heldout), gen)
+    train = make_tasks(n_train, round(log_share * n_train), gen,
+                       exclude={(t.kinds, t.bug) for t in heldout})
+    return train, heldout
+
+
+TRAIN_TASKS, HELDOUT_TASKS = make_splits()
+
+
+@dataclass
+class Episode:
+    """The gym's state for one attempt at a task. `names[i]` is the token of function i's
+    anonymous name for this episode."""
+    task: Task
+    names: tuple
+    edits: list = field(default_factory=list)
+    calls: int = 0
+    reads: int = 0
+    malformed: int = 0
+    done: bool = False
+    reward: float = 0.0
+
+    @classmethod
+    def start(cls, task, gen):
+        """A new episode with names drawn from the pool with the explicit generator `gen`."""
+        pick = torch.randperm(len(NAME_IDS), generator=gen)[:N_FUNCTIONS]
+        return cls(task, tuple(NAME_IDS[i] for i in pick))
+
+    def prompt(self):
+        """`<bos> <task> name kind ×5 </task>`: what the agent sees before its first call."""
+        body = [t for pair in zip(self.names, self.task.kinds) for t in pair]
+        return [ID["<bos>"], ID["<task>"], *body, ID["</task>"]]
+
+    def step(self, call):
+        """Execute one call (its policy tokens, `<call>` ... `</call>`); return the observation
+        tokens to feed back (empty when the episode has ended)."""
+        if self.done:
+            raise ValueError("the episode has ended; start a new one")
+        self.calls += 1
+        obs = self._execute(call)
+        if not self.done and self.calls >= MAX_CALLS:
+            self.done = True
+        return [] if self.done else [ID["<obs>"], *obs, ID["</obs>"]]
+
+    def _execute(self, call):
+        parsed = parse_call(call, self.names)
+        if parsed is None:
+            self.malformed += 1
+            return encode("error malformed")
+        verb, arg = parsed
+        if verb == "ls":
+            return encode("files tests log src")
+        if verb == "read":
+            self.reads += 1
+            return self._read(arg)
+        if verb == "edit":
+            self.edits.append(arg)
+            return [ID["edited"], self.names[arg]]
+        self.done = True                                   # submit: the hidden tests run
+        self.reward = float(set(self.edits) == {self.task.bug})
+        return []
+
+    def _read(self, file):
+        t, names = self.task, self.names
+        if file == TESTS:
+            if t.needs_log:
+                return [ID["fail"], names[t.via], ID["trace"], LOG]
+            return [ID["fail"], names[t.bug]]
+        if file == LOG:
+            return [ID["error"], names[t.bug]] if t.needs_log else [LOG, ID["empty"]]
+        return [SRC, *names]
+
+
+def parse_call(call, names):
+    """(verb, argument) for a well-formed call, None for a malformed one. The argument is a
+    file token for `read`, a function index for `edit`, None otherwise."""
+    call = list(call)
+    if len(call) < 3 or call[0] != CALL or call[-1] != END_CALL:
+        return None
+    body = call[1:-1]
+    if body == [LS]:
+        return ("ls", None)
+    if len(body) == 1 and body[0] in SUBMIT_VERBS:
+        return ("submit", None)
+    if len(body) == 2 and body[0] in READ_VERBS and body[1] in (TESTS, LOG, SRC):
+        return ("read", body[1])
+    if len(body) == 2 and body[0] in EDIT_VERBS and body[1] in names:
+        return ("edit", names.index(body[1]))
+    return None

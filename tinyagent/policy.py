@@ -1,0 +1,170 @@
+"""The TinyAgent policy: a ~155k-parameter decoder-only transformer, float64 throughout.
+
+Read top-down: config, attention, MLP, block, model, then save/load with a checksum.
+The model never imports the gym: it maps token ids to next-token logits, nothing more.
+"""
+import hashlib
+import io
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .vocab import VOCAB_SIZE
+
+DTYPE = torch.float64   # float32 rounding would flip samples and change whole runs
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    vocab_size: int = VOCAB_SIZE   # the gym's 316 words
+    block_size: int = 96           # longest episode: 13 prompt tokens + 6 calls with observations
+    n_layer: int = 2               # two layers are enough to copy a name from an observation
+    n_head: int = 6                # head size 11
+    n_embd: int = 66               # sized so the model has the chapter's ~157k parameters
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, cache=None, pos=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)                        # 3 × (B, T, C)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))                               # (B, nh, T, hs)
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:                                                        # one new token at `pos`
+            cache[0][:, :, pos] = k[:, :, 0]
+            cache[1][:, :, pos] = v[:, :, 0]
+            k, v = cache[0][:, :, :pos + 1], cache[1][:, :, :pos + 1]  # (B, nh, pos+1, hs)
+            y = F.scaled_dot_product_attention(q, k, v)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cache=None, pos=None):
+        x = x + self.attn(self.ln_1(x), cache, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Policy(nn.Module):
+    """Token ids (B, T) to next-token logits (B, T, V). Untied input and output embeddings
+    (tied ones learned to copy names much more slowly)."""
+
+    def __init__(self, cfg=PolicyConfig(), seed=0):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size)
+        self.to(DTYPE)
+        self._init_weights(torch.Generator().manual_seed(seed))
+
+    def _init_weights(self, gen):
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif "ln" in name:
+                nn.init.ones_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=gen, dtype=DTYPE) * std)
+
+    def forward(self, idx):
+        B, T = idx.shape
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
+        x = self.wte(idx) + self.wpe(torch.arange(T))                # (B, T, C)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))                               # (B, T, V)
+
+    def new_cache(self, batch_size):
+        """Preallocated keys and values for incremental decoding: per layer (k, v),
+        each (B, nh, block_size, hs)."""
+        c = self.cfg
+        shape = (batch_size, c.n_head, c.block_size, c.n_embd // c.n_head)
+        return [(torch.zeros(shape, dtype=DTYPE), torch.zeros(shape, dtype=DTYPE))
+                for _ in range(c.n_layer)]
+
+    def step(self, tokens, pos, cache):
+        """Logits (B, V) after feeding one token per sequence at position `pos`."""
+        x = self.wte(tokens)[:, None] + self.wpe.weight[pos]         # (B, 1, C)
+        for block, layer_cache in zip(self.blocks, cache):
+            x = block(x, layer_cache, pos)
+        return self.head(self.ln_f(x))[:, 0]                         # (B, V)
+
+    def num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+
+def _state_bytes(policy):
+    buf = io.BytesIO()
+    torch.save({"config": asdict(policy.cfg), "state": policy.state_dict()}, buf)
+    return buf.getvalue()
+
+
+def save_policy(policy, path):
+    """Write the checkpoint and a `.sha256` file beside it."""
+    path = Path(path)
+    data = _state_bytes(policy)
+    path.write_bytes(data)
+    path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_policy(path):
+    """Load a checkpoint, refusing one whose bytes do not match its recorded checksum or
+    whose configuration does not fit this code."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    data = path.read_bytes()
+    sums = path.with_suffix(".sha256")
+    if not sums.exists():
+        raise ValueError(f"checkpoint {path} has no checksum file {sums.name}")
+    expected = sums.read_text().strip()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise ValueError(f"checkpoint {path} is corrupted: sha256 {actual[:12]}... does not match "
+                         f"the recorded {expected[:12]}...; rebuild it with "
+                         f"`python -m tinyagent.pretrain`")
+    blob = torch.load(io.BytesIO(data), weights_only=True)
+    try:
+        cfg = PolicyConfig(**blob["config"])
+        policy = Policy(cfg)
+        policy.load_state_dict(blob["state"])
+    except (TypeError, RuntimeError, KeyError) as err:
+        raise ValueError(f"checkpoint {path} does not match this PolicyConfig: {err}") from err
+    if cfg.vocab_size != VOCAB_SIZE:
+        raise ValueError(f"checkpoint {path} has vocab_size {cfg.vocab_size}, the gym has {VOCAB_SIZE}")
+    return policy

@@ -1,0 +1,40 @@
+"""The 316-word vocabulary of the one-edit gym: structure tokens, tool verbs, files, observation
+words, function-kind words (what a task's functions do) and a pool of anonymous names."""
+
+STRUCTURE = ("<pad>", "<bos>", "<task>", "</task>", "<call>", "</call>", "<obs>", "</obs>")
+VERBS = ("ls", "read", "cat", "edit", "patch", "submit", "done")
+FILES = ("tests", "log", "src")
+OBS_WORDS = ("fail", "trace", "error", "ok", "empty", "malformed", "unknown", "edited",
+             "submitted", "limit", "files", "passed")
+N_KINDS = 166
+N_NAMES = 120
+KINDS = tuple(f"kind{i:03d}" for i in range(N_KINDS))   # e.g. "parses dates", "merges lists"
+NAMES = tuple(f"fn{i:03d}" for i in range(N_NAMES))     # drawn afresh for every episode
+
+WORDS = STRUCTURE + VERBS + FILES + OBS_WORDS + KINDS + NAMES
+ID = {w: i for i, w in enumerate(WORDS)}
+VOCAB_SIZE = len(WORDS)
+PAD = ID["<pad>"]
+KIND_IDS = tuple(ID[w] for w in KINDS)
+NAME_IDS = tuple(ID[w] for w in NAMES)
+assert len(ID) == VOCAB_SIZE, "vocabulary words must be unique"
+
+
+def encode(words):
+    """Words (a list, or one space-separated string) to token ids; unknown words are an error."""
+    if isinstance(words, str):
+        words = words.split()
+    unknown = [w for w in words if w not in ID]
+    if unknown:
+        raise ValueError(f"not in the vocabulary: {unknown[:5]}; words are structure tokens "
+                         f"{STRUCTURE}, verbs {VERBS}, files {FILES}, observation words, "
+                         f"kind000-kind{N_KINDS - 1:03d} and fn000-fn{N_NAMES - 1:03d}")
+    return [ID[w] for w in words]
+
+
+def decode(ids):
+    """Token ids to a space-separated string."""
+    bad = [i for i in ids if not 0 <= int(i) < VOCAB_SIZE]
+    if bad:
+        raise ValueError(f"token ids must lie in [0, {VOCAB_SIZE}), got {bad[:5]}")
+    return " ".join(WORDS[int(i)] for i in ids)
