@@ -65,6 +65,8 @@ SECTION_10_6 = {
     "likely_token_p": 0.647,
     "rare_token_p": 0.0044,
     "prediction_within": 0.01,
+    # train_regularized vs train_rl, 3 steps with both regularizers off: max |parameter difference|
+    "regularizers_off_max_param_diff": 0.0,
     # clip-higher on one batch: eps_high -> (tokens above 1 + eps_high, of which started below 0.5)
     "clip_higher_above": {0.2: (20, 15), 0.28: (15, 14)},
     "positive_advantage_tokens": 121,
