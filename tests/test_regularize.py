@@ -1,11 +1,16 @@
-"""Tests of tinyagent.regularize.kl_estimate (and the Chapter 9 kl_penalty it builds on)."""
+"""Tests of tinyagent.regularize: kl_estimate (over Chapter 9's kl_penalty), entropy_bonus,
+sequence_kl, regularized_update and train_regularized."""
+import copy
 import math
 
 import pytest
 import torch
 
-from tinyagent.grpo import KL_KINDS, kl_penalty
-from tinyagent.regularize import KL_ESTIMATE_KINDS, kl_estimate
+from tinyagent.grpo import (KL_KINDS, RLConfig, compute_advantages, frozen_copy, kl_penalty,
+                            rl_update, sample_step, train_rl)
+from tinyagent.pretrain import load_rl_base
+from tinyagent.regularize import (KL_ESTIMATE_KINDS, RegularizedConfig, entropy_bonus, kl_estimate,
+                                  regularized_update, sequence_kl, train_regularized)
 
 
 def _logps(seed=0, shape=(3, 7)):
@@ -100,3 +105,88 @@ def test_nan_log_probabilities_raise(kind, which):
     args = (bad, ref_logp) if which == "logp" else (logp, bad)
     with pytest.raises(ValueError, match="NaN"):
         kl_estimate(*args, kind)
+
+
+# --- Section 10.6: entropy_bonus, sequence_kl, regularized_update, train_regularized ---------
+
+SMALL = dict(tasks_per_step=4, group_size=8)
+
+
+def test_entropy_bonus_uniform_logits_give_log_v_and_ignore_masked_positions():
+    logits = torch.zeros(2, 3, 316, dtype=torch.float64)
+    logits[1, 2] = torch.linspace(-50, 50, 316, dtype=torch.float64)   # nearly deterministic
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert entropy_bonus(logits, mask).item() == pytest.approx(math.log(316), abs=1e-12)
+    mask[1, 2] = True
+    assert entropy_bonus(logits, mask).item() < math.log(316) - 1
+    with pytest.raises(ValueError, match="disagree"):
+        entropy_bonus(logits, mask[:, :2])
+
+
+def test_sequence_kl_sums_k1_over_policy_tokens():
+    logp = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.1]], dtype=torch.float64)
+    ref = torch.tensor([[0.0, -1.5, -1.0], [0.0, -0.5, -3.0]], dtype=torch.float64)
+    mask = torch.tensor([[False, True, True], [False, True, False]])
+    assert sequence_kl(logp, ref, mask).tolist() == pytest.approx([0.5 - 1.0, 0.0])
+
+
+def test_regularized_update_equals_rl_update_with_regularizers_off():
+    base = load_rl_base()
+    cfg = RLConfig(**SMALL)
+    a, b = copy.deepcopy(base), copy.deepcopy(base)
+    batch = sample_step(base, cfg, torch.Generator().manual_seed(0))
+    adv, _ = compute_advantages(batch.rewards, cfg.group_size)
+    assert adv.abs().sum() > 0
+    for policy, update in ((a, rl_update), (b, regularized_update)):
+        update(policy, frozen_copy(base), torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch,
+               adv, cfg if update is rl_update else RegularizedConfig(**SMALL),
+               torch.Generator().manual_seed(1))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_three_steps_of_train_regularized_and_train_rl_are_bitwise_equal():
+    a, b = load_rl_base(), load_rl_base()
+    train_rl(a, RLConfig(**SMALL), steps=3, progress=False)
+    train_regularized(b, RegularizedConfig(**SMALL), steps=3, progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_k3_plus_update_follows_k2_gradient():
+    """With zero advantages only the KL term acts: k3+ and k2 must move the policy identically."""
+    base, ref = load_rl_base(), load_rl_base()
+    with torch.no_grad():
+        ref.head.bias += 0.3 * torch.randn(ref.head.bias.shape, dtype=torch.float64,
+                                           generator=torch.Generator().manual_seed(0))
+    batch = sample_step(base, RLConfig(**SMALL), torch.Generator().manual_seed(0))
+    zero = torch.zeros_like(batch.rewards)
+    moved = []
+    for kind in ("k3+", "k2", "k3"):
+        p = copy.deepcopy(base)
+        cfg = RegularizedConfig(**SMALL, kl_coef=1.0, kl_kind=kind)
+        regularized_update(p, ref, torch.optim.SGD(p.parameters(), lr=0.1), batch, zero, cfg,
+                           torch.Generator().manual_seed(1))
+        moved.append(torch.cat([x.flatten() for x in p.parameters()]))
+    assert torch.allclose(moved[0], moved[1], atol=1e-14, rtol=0)
+    assert not torch.allclose(moved[0], moved[2], atol=1e-10, rtol=0)
+
+
+def test_kl_in_reward_shapes_the_reward_and_drops_the_kl_loss():
+    policy = load_rl_base()
+    hist = train_regularized(policy, RegularizedConfig(**SMALL, kl_coef=0.3, kl_in_reward=True),
+                             steps=2, progress=False)
+    assert "sequence_kl" in hist[0] and hist[0]["sequence_kl"] == pytest.approx(0.0, abs=1e-12)
+    assert hist[1]["sequence_kl"] != 0.0
+    # the reward placement with kl_coef = 0 is the plain run
+    a, b = load_rl_base(), load_rl_base()
+    train_regularized(a, RegularizedConfig(**SMALL, kl_in_reward=True), steps=2, progress=False)
+    train_regularized(b, RegularizedConfig(**SMALL), steps=2, progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_regularized_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="entropy_coef"):
+        RegularizedConfig(entropy_coef=-0.1)
+    with pytest.raises(ValueError, match="allowed: k1, k2, k3, k1\\+"):
+        RegularizedConfig(kl_kind="k4")
+    with pytest.raises(ValueError, match="allowed: k1, k2, k3$"):
+        RLConfig(kl_kind="k3+")

@@ -6,8 +6,8 @@ VERBS = ("ls", "read", "cat", "edit", "patch", "submit", "done")
 FILES = ("tests", "log", "src")
 OBS_WORDS = ("fail", "trace", "error", "ok", "empty", "malformed", "unknown", "edited",
              "submitted", "limit", "files", "passed")
-N_KINDS = 166
-N_NAMES = 120
+N_KINDS = 246
+N_NAMES = 40
 KINDS = tuple(f"kind{i:03d}" for i in range(N_KINDS))   # e.g. "parses dates", "merges lists"
 NAMES = tuple(f"fn{i:03d}" for i in range(N_NAMES))     # drawn afresh for every episode
 
