@@ -26,12 +26,20 @@ CODE_MODULES = ("vocab", "gym", "policy", "sampler", "grpo", "regularize", "eval
 
 
 def code_version():
-    """Hash of the training and evaluation code and of the shipped base checkpoint."""
+    """Hash of the training and evaluation code and of the shipped base checkpoint, as this
+    process imported them (so a file edited mid-session cannot relabel old results)."""
+    return _CODE_VERSION
+
+
+def _hash_code():
     h = hashlib.sha256()
     for name in CODE_MODULES:
         h.update((PACKAGE / f"{name}.py").read_bytes())
     h.update((PACKAGE / "checkpoints" / "rl_base.sha256").read_bytes())
     return h.hexdigest()
+
+
+_CODE_VERSION = _hash_code()
 
 
 def run_key(config):
@@ -77,9 +85,11 @@ def regularized_run(cfg, steps=40, start=None, reference=None, progress=True):
         policy = copy.deepcopy(start)
         anchor = frozen_copy(start) if reference is None else reference
         history = train_regularized(policy, cfg, steps=steps, reference=anchor, progress=progress)
+        vs_base = evaluate(policy, reference=base)
+        anchored_at_base = reference is None and start is base
         return {"history": history,
-                "eval": evaluate(policy, reference=base),
-                "eval_vs_reference": evaluate(policy, reference=anchor),
+                "eval": vs_base,
+                "eval_vs_reference": vs_base if anchored_at_base else evaluate(policy, reference=anchor),
                 "state": policy.state_dict()}
 
     return cached(config, compute)
