@@ -47,5 +47,5 @@ pretrain: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.pretrain
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
