@@ -114,11 +114,14 @@ SMALL = dict(tasks_per_step=4, group_size=8)
 
 def test_entropy_bonus_uniform_logits_give_log_v_and_ignore_masked_positions():
     logits = torch.zeros(2, 3, 316, dtype=torch.float64)
-    logits[1, 2] = torch.linspace(-50, 50, 316, dtype=torch.float64)   # nearly deterministic
+    logits[1, 2] = torch.linspace(-50, 50, 316, dtype=torch.float64)   # far from uniform
     mask = torch.tensor([[True, True, False], [True, False, False]])
     assert entropy_bonus(logits, mask).item() == pytest.approx(math.log(316), abs=1e-12)
-    mask[1, 2] = True
-    assert entropy_bonus(logits, mask).item() < math.log(316) - 1
+    mask[1, 2] = True                      # now a sharp position joins the three uniform ones
+    p = torch.softmax(logits[1, 2], -1)
+    sharp = -(p * p.log()).sum().item()
+    assert sharp < math.log(316) - 1
+    assert entropy_bonus(logits, mask).item() == pytest.approx((3 * math.log(316) + sharp) / 4, abs=1e-12)
     with pytest.raises(ValueError, match="disagree"):
         entropy_bonus(logits, mask[:, :2])
 
