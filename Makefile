@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NOTEBOOKS := $(sorted $(wildcard notebooks/10.*.ipynb))
+NOTEBOOKS := $(sort $(wildcard notebooks/10.*.ipynb))
 # One torch thread per notebook: tests run two notebooks at once on two cores.
 export OMP_NUM_THREADS ?= 1
 EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \

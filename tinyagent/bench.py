@@ -56,7 +56,7 @@ def main(steps=40):
     print(f"  per step: sampling         {sampling / steps:6.3f} s")
     print(f"  per step: update           {updating / steps:6.3f} s")
     print(f"  held-out evaluation        {t_end - t_eval:6.2f} s   (160 episodes)")
-    print(f"tokens per second (train)    {tokens / (sampling + updating):8.0f}")
+    print(f"token positions per second    {tokens / (sampling + updating):8.0f}   (sampled, fed and padded)")
     print(f"achieved model GFLOP/s       {flops / (sampling + updating) / 1e9:6.2f}")
     print(f"float64 GEMM GFLOP/s here    {gemm:6.2f}   (model runs at "
           f"{100 * flops / (sampling + updating) / 1e9 / gemm:.0f}% of it)")

@@ -9,11 +9,11 @@ broken, and the hidden tests pass only if that function, and no other, has been 
     <call> edit|patch NAME </call>          edit the function called NAME
     <call> submit|done </call>              run the hidden tests and end the episode
 
-Names are drawn afresh for every episode from a pool of 120, so no answer can be memorized.
+Names are drawn afresh for every episode from a pool of 40, so no answer can be memorized.
 Reading `tests` shows the failing test, which names the broken function: without reading, an
 edit is right one time in five (the blind ceiling of 0.2). In a minority of tasks the failing
 test names a caller and points to the log ("fail NAME trace log"); the broken function is the
-one the log names. A call that does not parse is malformed: the gym answers with an error
+one the log names, so "edit what the test names" fails them every time. A call that does not parse is malformed: the gym answers with an error
 observation, counts it, and goes on. Six calls end the episode.
 """
 from dataclasses import dataclass, field

@@ -78,7 +78,7 @@ def regularized_update(policy, reference, optimizer, batch, advantages, cfg, gen
             logp, logprobs = token_logprobs(policy, tokens[mb], T)
             pg_loss, clip_frac = policy_loss(logp, old_logp[mb], advantages[mb], mask[mb], cfg)
             kl = masked_mean(kl_estimate(logp, ref_logp[mb], cfg.kl_kind), mask[mb])
-            entropy = entropy_bonus(logprobs, mask[mb])
+            entropy = entropy_bonus(logprobs, mask[mb])     # log-probs are valid logits
             loss = pg_loss + cfg.kl_coef * kl - cfg.entropy_coef * entropy
             optimizer.zero_grad()
             loss.backward()
