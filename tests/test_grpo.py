@@ -4,7 +4,7 @@ import torch
 from tinyagent.grpo import (RLConfig, compute_advantages, kl_penalty, policy_loss, rl_update,
                             frozen_copy, sample_step, train_rl)
 from tinyagent.policy import Policy
-from tinyagent.pretrain import load_rl_base
+from tinyagent.policy import load_rl_base
 
 F64 = dict(dtype=torch.float64)
 

@@ -2,7 +2,8 @@ import torch
 
 from tinyagent.gym import TRAIN_TASKS, Episode
 from tinyagent.policy import Policy
-from tinyagent.pretrain import CHECKPOINT, DemoConfig, SFTConfig, demonstrate, load_rl_base, make_demonstrations, sft
+from tinyagent.policy import load_rl_base
+from tinyagent.pretrain import CHECKPOINT, DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft
 from tinyagent.vocab import ID
 
 

@@ -8,7 +8,7 @@ import torch
 
 from tinyagent.grpo import (KL_KINDS, RLConfig, compute_advantages, frozen_copy, kl_penalty,
                             rl_update, sample_step, train_rl)
-from tinyagent.pretrain import load_rl_base
+from tinyagent.policy import load_rl_base
 from tinyagent.regularize import (KL_ESTIMATE_KINDS, RegularizedConfig, entropy_bonus, kl_estimate,
                                   regularized_update, sequence_kl, train_regularized)
 

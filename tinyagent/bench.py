@@ -10,7 +10,7 @@ import torch
 
 from .evaluate import evaluate
 from .grpo import RLConfig, compute_advantages, frozen_copy, rl_update, sample_step
-from .pretrain import load_rl_base
+from .policy import load_rl_base
 
 
 def matmul_gflops(n=512, repeats=20):

@@ -11,8 +11,7 @@ from functools import partial
 
 from .evaluate import evaluate
 from .grpo import RLConfig, train_rl
-from .policy import load_policy
-from .pretrain import load_rl_base
+from .policy import load_policy, load_rl_base
 
 
 def main():

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float64   # float32 rounding would flip samples and change whole runs
+RL_BASE_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "rl_base.pt"
 
 
 @dataclass(frozen=True)
@@ -168,3 +169,9 @@ def load_policy(path):
     if cfg.vocab_size != VOCAB_SIZE:
         raise ValueError(f"checkpoint {path} has vocab_size {cfg.vocab_size}, the gym has {VOCAB_SIZE}")
     return policy
+
+
+def load_rl_base():
+    """The shipped RL base agent (the SFT checkpoint RL starts from), checksum-verified.
+    `python -m tinyagent.pretrain` rebuilds it."""
+    return load_policy(RL_BASE_CHECKPOINT)

@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from .gym import N_FUNCTIONS, TRAIN_TASKS, Episode
-from .policy import Policy, load_policy, save_policy
+from .policy import RL_BASE_CHECKPOINT as CHECKPOINT, Policy, load_policy, save_policy
 from .vocab import ID, PAD, WORDS, encode
 
-CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "rl_base.pt"
 
 
 @dataclass(frozen=True)
@@ -147,11 +146,6 @@ def build_rl_base(demo_cfg=DemoConfig(), sft_cfg=SFTConfig(), progress=False):
     policy = Policy(seed=sft_cfg.seed)
     sft(policy, tokens, mask, sft_cfg, progress=progress)
     return policy
-
-
-def load_rl_base():
-    """The shipped RL base agent (the SFT checkpoint RL starts from), checksum-verified."""
-    return load_policy(CHECKPOINT)
 
 
 def main():

@@ -17,7 +17,7 @@ import torch
 
 from .evaluate import evaluate
 from .grpo import frozen_copy
-from .pretrain import load_rl_base
+from .policy import load_rl_base
 from .regularize import train_regularized
 
 PACKAGE = Path(__file__).resolve().parent
