@@ -1,0 +1,103 @@
+"""Tests of tinyagent.report: tables of numbers, summaries over seeds, and the claims rule."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tinyagent.report import (Claim, book_vs_ours, category, over_seeds, paired_differences,
+                              quantiles_over_seeds, score_claims)
+
+
+# ----------------------------------------------------------------------------- book_vs_ours
+
+def test_book_vs_ours_rounds_each_column_and_leaves_unprinted_cells_missing():
+    ours = {"a": {"x": 0.12345, "y": 2.0}, "b": {"x": -0.00001, "y": 3.14159}}
+    book = {"a": {"x": 0.12}, "b": {"y": None}}
+    table = book_vs_ours(ours, book, {"x": 2, "y": 3}, index_name="setting")
+    assert list(table.columns) == [("x", "ours"), ("x", "book"), ("y", "ours"), ("y", "book")]
+    assert table.index.name == "setting" and list(table.index) == ["a", "b"]
+    assert table.loc["a", ("x", "ours")] == 0.12 and table.loc["b", ("y", "ours")] == 3.142
+    assert table.loc["a", ("x", "book")] == 0.12
+    assert math.isnan(table.loc["b", ("x", "book")]) and table[("y", "book")].isna().all()
+    assert all(dtype.kind == "f" for dtype in table.dtypes)        # numbers, not strings
+    assert math.copysign(1, table.loc["b", ("x", "ours")]) == 1   # -0.00001 shows as 0.0
+
+
+def test_book_vs_ours_text_in_the_book_counts_as_not_printed():
+    table = book_vs_ours({"r": {"mean": 0.1}}, {"r": {"mean": "between the modes"}}, {"mean": 2})
+    assert math.isnan(table.loc["r", ("mean", "book")])
+
+
+# ----------------------------------------------------------------------------- over seeds
+
+def test_over_seeds_median_and_range():
+    per_seed = {"run": [{"p": v} for v in (0.3, 0.1, 0.5, 0.2, 0.4)],
+                "other": [{"p": v} for v in (1.0, 1.0, 1.0, 1.0, 1.0)]}
+    table = over_seeds(per_seed, {"p": 2})
+    assert table.loc["run", ("p", "median")] == 0.3
+    assert (table.loc["run", ("p", "min")], table.loc["run", ("p", "max")]) == (0.1, 0.5)
+    assert table.loc["other", ("p", "median")] == 1.0
+
+
+def test_over_seeds_refuses_ragged_or_empty_rows():
+    with pytest.raises(ValueError, match="same, non-zero number of seeds"):
+        over_seeds({"a": [{"p": 1.0}] * 5, "b": [{"p": 1.0}] * 4}, {"p": 2})
+    with pytest.raises(ValueError, match="same, non-zero number of seeds"):
+        over_seeds({"a": []}, {"p": 2})
+
+
+def test_quantiles_over_seeds_puts_the_book_beside_the_spread():
+    per_seed = pd.DataFrame({"q": np.arange(101.0), "r": np.ones(101)})
+    table = quantiles_over_seeds(per_seed, {"q": 50.004, "r": None}, digits=2)
+    assert list(table.columns) == ["ours (seed 0)", "5% of seeds", "median", "95% of seeds", "book"]
+    assert table.loc["q"].tolist() == [0.0, 5.0, 50.0, 95.0, 50.0]
+    assert math.isnan(table.loc["r", "book"])
+    with pytest.raises(ValueError, match="column for every book entry"):
+        quantiles_over_seeds(per_seed, {"s": 1.0}, digits=2)
+
+
+# ----------------------------------------------------------------------------- paired differences
+
+def test_paired_differences_seed_by_seed():
+    result = paired_differences([0.5, 0.4, 0.7], [0.3, 0.5, 0.6])
+    assert result["per_seed"] == pytest.approx([0.2, -0.1, 0.1])
+    assert result["mean"] == pytest.approx(0.2 / 3)
+    assert (result["min"], result["max"]) == (pytest.approx(-0.1), pytest.approx(0.2))
+    assert (result["a_above_b"], result["seeds"]) == (2, 3)
+
+
+@pytest.mark.parametrize("a, b", [([1.0, 2.0], [1.0]), ([1.0], [1.0, 2.0]), ([], []),
+                                  ([[1.0, 2.0]], [[1.0, 2.0]])])
+def test_paired_differences_refuses_unpaired_values(a, b):
+    with pytest.raises(ValueError, match="equally long, non-empty"):
+        paired_differences(a, b)
+
+
+# ----------------------------------------------------------------------------- the rule
+
+@pytest.mark.parametrize("n, expected", [(5, "holds"), (4, "holds"), (3, "depends on the seed"),
+                                         (2, "depends on the seed"), (1, "does not hold"),
+                                         (0, "does not hold")])
+def test_category_thresholds_at_five_seeds(n, expected):
+    assert category(n, 5) == expected
+
+
+def test_category_scales_with_the_number_of_seeds_and_refuses_bad_counts():
+    assert category(10, 10) == "holds" and category(8, 10) == "holds"
+    assert category(7, 10) == "depends on the seed" and category(3, 10) == "does not hold"
+    for n, seeds in ((6, 5), (-1, 5), (0, 0)):
+        with pytest.raises(ValueError, match="n_holding <= n_seeds"):
+            category(n, seeds)
+
+
+def test_score_claims_counts_seeds_and_applies_the_rule():
+    claims = [Claim("up", "x stays above 1", measure=lambda r: r["x"], holds=lambda v: v > 1,
+                    book=1.5),
+              Claim("down", "x stays below 1", measure=lambda r: r["x"], holds=lambda v: v < 1)]
+    results = [{"x": v} for v in (2.0, 1.5, 0.5, 3.0, 1.2)]
+    table = score_claims(claims, results)
+    assert table.loc["up", "holds in"] == 4 and table.loc["up", "category"] == "holds"
+    assert table.loc["down", "holds in"] == 1 and table.loc["down", "category"] == "does not hold"
+    assert table.loc["up", "ours, seed 0"] == 2.0 and table.loc["up", "median"] == 1.5
+    assert (table.loc["up", "min"], table.loc["up", "max"]) == (0.5, 3.0)

@@ -1,0 +1,121 @@
+"""Tables for the notebooks: the book's numbers beside ours, results summarized over seeds, and the
+chapter's claims scored seed by seed under a rule fixed before any number is seen.
+
+Every table is a DataFrame of numbers (rounded for display, never pre-formatted strings), so a
+reader can sort it and compute from it. Nothing that trains or evaluates imports this module.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+# The rule for a claim scored on five seeds, stated before the tables (see DESIGN.md).
+HOLDS_AT_LEAST = 4          # holds at 4-5 of 5 seeds: "holds"
+DEPENDS_AT_LEAST = 2        # 2-3 of 5: "depends on the seed"; 0-1 of 5: "does not hold"
+
+
+def book_vs_ours(ours, book, digits, index_name="run"):
+    """One row per key of `ours`, and per column of `digits` a pair ("ours", "book").
+
+    `ours` and `book` map a row label to {column: value}; a value the book does not print is
+    missing (NaN). Each column is rounded to `digits[column]` decimals, the chapter's precision
+    (and -0.0 shown as 0.0).
+    """
+    columns = {}
+    for col, places in digits.items():
+        for who, source in (("ours", ours), ("book", book)):
+            values = [source.get(row, {}).get(col) for row in ours]
+            numbers = pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce")
+            columns[(col, who)] = numbers.round(places).to_numpy() + 0.0
+    return pd.DataFrame(columns, index=pd.Index(list(ours), name=index_name))
+
+
+def over_seeds(per_seed, digits, index_name="run"):
+    """Median and range (min, max) over seeds. `per_seed` maps a row label to a list (one entry
+    per seed) of {column: value}; returns columns (column, "median" | "min" | "max")."""
+    counts = {len(seeds) for seeds in per_seed.values()}
+    if len(counts) != 1 or 0 in counts:
+        raise ValueError(f"every row needs results for the same, non-zero number of seeds; got "
+                         f"{ {row: len(seeds) for row, seeds in per_seed.items()} }")
+    columns = {}
+    for col, places in digits.items():
+        values = np.array([[seed[col] for seed in per_seed[row]] for row in per_seed], dtype=float)
+        for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max)):
+            columns[(col, stat)] = fn(values, axis=1).round(places) + 0.0
+    return pd.DataFrame(columns, index=pd.Index(list(per_seed), name=index_name))
+
+
+def quantiles_over_seeds(per_seed, book, digits):
+    """Where the book's number falls among many random draws of a construction it does not
+    publish (Sections 10.2-10.4). `per_seed` has one row per seed, first seed first, and one
+    column per quantity; `book` maps a quantity to the book's number (None or absent: not
+    printed). One row per quantity: ours at the first seed, the 5% quantile, median and 95%
+    quantile over seeds, and the book's value, rounded to `digits` decimals.
+    """
+    per_seed = pd.DataFrame(per_seed)
+    unknown = [key for key in book if key not in per_seed.columns]
+    if unknown or per_seed.empty:
+        raise ValueError(f"need per-seed results with a column for every book entry; book has "
+                         f"{unknown} beyond the columns {list(per_seed.columns)}")
+    table = pd.DataFrame({
+        f"ours (seed {per_seed.index[0]})": per_seed.iloc[0],
+        "5% of seeds": per_seed.quantile(0.05),
+        "median": per_seed.median(),
+        "95% of seeds": per_seed.quantile(0.95),
+        "book": pd.Series(book, dtype=float).reindex(per_seed.columns),
+    })
+    table.index.name = per_seed.columns.name
+    return table.round(digits) + 0.0
+
+
+def paired_differences(a, b):
+    """Seed-by-seed differences a - b of two settings run on the same seeds: the differences, their
+    mean and range, and at how many seeds a exceeds b."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need two equally long, non-empty lists of per-seed values, got "
+                         f"shapes {a.shape} and {b.shape}")
+    diff = a - b
+    return {"per_seed": diff.tolist(), "mean": float(diff.mean()), "min": float(diff.min()),
+            "max": float(diff.max()), "a_above_b": int((diff > 0).sum()), "seeds": int(diff.size)}
+
+
+def category(n_holding, n_seeds):
+    """The rule: "holds" at >= 4 of 5 seeds, "depends on the seed" at 2-3, "does not hold" at 0-1
+    (thresholds scale with the number of seeds)."""
+    if not 0 <= n_holding <= n_seeds or n_seeds < 1:
+        raise ValueError(f"need 0 <= n_holding <= n_seeds and n_seeds >= 1, got {n_holding} "
+                         f"of {n_seeds}")
+    share = n_holding / n_seeds
+    if share >= HOLDS_AT_LEAST / 5:
+        return "holds"
+    if share >= DEPENDS_AT_LEAST / 5:
+        return "depends on the seed"
+    return "does not hold"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A chapter claim as data. `measure(results)` is the quantity it is about, on one seed's
+    results; `holds(value)` decides it for that seed; `book` is what the book printed (its one seed)."""
+    key: str
+    text: str
+    measure: Callable
+    holds: Callable
+    book: float | str | None = None
+
+
+def score_claims(claims, results_by_seed, digits=3):
+    """Every claim on every seed: the book's value, ours at the first seed, in how many seeds it
+    holds, the measured quantity's median and range, and the category from the rule."""
+    rows = []
+    for claim in claims:
+        values = [float(claim.measure(results)) for results in results_by_seed]
+        n_holding = sum(bool(claim.holds(v)) for v in values)
+        rows.append({"key": claim.key, "claim": claim.text, "book (one seed)": claim.book,
+                     "ours, seed 0": round(values[0], digits), "holds in": n_holding,
+                     "of seeds": len(values), "median": round(float(np.median(values)), digits),
+                     "min": round(min(values), digits), "max": round(max(values), digits),
+                     "category": category(n_holding, len(values))})
+    return pd.DataFrame(rows).set_index("key")
