@@ -37,8 +37,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.bench
 
+# Jupyter refuses to start as root (as in many containers) unless told it may.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 chapter9: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.chapter9

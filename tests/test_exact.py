@@ -5,12 +5,11 @@ import math
 import pytest
 import torch
 
-from tinyagent.exact import (estimator_moments, expected_loss_grad, expected_reward_grad,
-                             forward_kl, forward_kl_grad,
-                             logits_at_kl, rel_error, reverse_kl, reverse_kl_grad, two_token_kl,
-                             two_token_kl_grad, two_token_loss_grad, two_token_reward_grad)
-from tinyagent.grpo import kl_penalty
-from tinyagent.regularize import KL_ESTIMATE_KINDS, kl_estimate
+from tinyagent.exact import (VOCAB, estimator_moments, expected_loss_grad, expected_reward_grad,
+                             forward_kl, forward_kl_grad, logits_at_kl, rel_error, reverse_kl,
+                             reverse_kl_grad, toy_distribution, two_token_kl, two_token_kl_grad,
+                             two_token_loss_grad, two_token_reward_grad)
+from tinyagent.kl import KL_ESTIMATE_KINDS, kl_estimate, kl_penalty
 
 F64 = torch.float64
 
@@ -35,6 +34,19 @@ def _central_differences(f, x, eps=1e-6):
         step = step.view_as(x)
         grad.view(-1)[i] = (f(x + step) - f(x - step)) / (2 * eps)
     return grad
+
+
+# ----------------------------------------------------------------------------- toy distribution
+
+def test_toy_distribution_is_seeded_and_draws_the_reference_first():
+    ref, direction = toy_distribution(0)
+    assert ref.shape == direction.shape == (VOCAB,) and ref.dtype == direction.dtype == F64
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(ref, torch.randn(VOCAB, generator=g, dtype=F64))
+    assert torch.equal(direction, torch.randn(VOCAB, generator=g, dtype=F64))
+    assert torch.equal(toy_distribution(0)[1], direction)
+    assert not torch.equal(toy_distribution(1)[0], ref)
+    assert toy_distribution(3, vocab=6)[0].shape == (6,)
 
 
 # ----------------------------------------------------------------------------- exact KLs

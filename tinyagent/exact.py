@@ -1,20 +1,31 @@
 """Exact enumeration for Sections 10.2-10.4: KL estimators and KL losses on distributions small
 enough to list every outcome.
 
-A sampled batch answers "what is the mean of this estimator?" or "what gradient does this loss
-push along on average?" only up to noise. Weighting every outcome by its probability gives the
-expectation an infinitely large batch would approach, so each derivation of the chapter can be
-checked to rounding error (1e-12) instead of to a few standard errors. Estimator values always
-come from the package's `kl_penalty` / `kl_estimate`; nothing here re-implements them.
+A sampled batch gives an estimator's mean, or a loss's direction, only up to noise. Weighting
+every outcome by its probability gives the value that ever larger batches converge to, so each
+derivation is checked to rounding error (1e-12). The estimators come from `tinyagent.kl`, the
+only part of the package this module imports; nothing here re-implements them.
 
 Logits are cast to float64. A single distribution is a 1-D tensor of K logits; the two-token
-sequence model of Section 10.4 is a pair (first_logits (V,), second_logits (V, V)), where row
-y1 of second_logits holds the second token's logits after first token y1.
+model of Section 10.4 is a pair (first_logits (V,), second_logits (V, V)), where row y1 of
+second_logits holds the second token's logits after first token y1.
 """
 import torch
 
-from .grpo import KL_KINDS, kl_penalty
-from .regularize import KL_ESTIMATE_KINDS, kl_estimate
+from .kl import KL_KINDS, kl_estimate, kl_penalty
+
+VOCAB = 50      # outcomes of the toy distribution of Sections 10.2 and 10.3
+
+
+def toy_distribution(seed, vocab=VOCAB):
+    """Reference logits and a direction to move them along, (vocab,) each, standard normal in
+    float64, drawn in that order from one generator seeded `seed`. Policies ref_logits + s *
+    direction (`logits_at_kl`) then form a family indexed by one distance. Defined in Section 10.2.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    ref_logits = torch.randn(vocab, generator=gen, dtype=torch.float64)
+    direction = torch.randn(vocab, generator=gen, dtype=torch.float64)
+    return ref_logits, direction
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -49,11 +60,6 @@ def _check_pair(logits, ref_logits):
     return logits, ref_logits
 
 
-def _check_kind(kind, allowed):
-    if kind not in allowed:
-        raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(allowed)}")
-
-
 def _grad(objective, *leaves):
     """Gradient of the scalar objective(*leaves) with respect to fresh copies of the leaves."""
     leaves = [x.clone().requires_grad_(True) for x in leaves]
@@ -63,45 +69,35 @@ def _grad(objective, *leaves):
 
 # ----------------------------------------------------------------------------- one distribution
 
-def _reverse_kl(logits, ref_logits):
-    logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
-    return (logp.exp() * (logp - ref_logp)).sum()
-
-
-def _forward_kl(logits, ref_logits):
-    logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
-    return (ref_logp.exp() * (ref_logp - logp)).sum()
+def _kl(logits_a, logits_b):
+    """KL(softmax(logits_a) || softmax(logits_b)), differentiable in both."""
+    log_a, log_b = torch.log_softmax(logits_a, -1), torch.log_softmax(logits_b, -1)
+    return (log_a.exp() * (log_a - log_b)).sum()
 
 
 def reverse_kl(logits, ref_logits):
-    """The exact KL(pi || pi_ref) of pi = softmax(logits) from pi_ref = softmax(ref_logits).
-
-    The quantity the chapter's estimators estimate and its penalties claim to penalize.
-    Defined in Section 10.2.
-    """
-    return _reverse_kl(*_check_pair(logits, ref_logits)).item()
+    """The exact KL(pi || pi_ref) of pi = softmax(logits) from pi_ref = softmax(ref_logits): what
+    the estimators estimate, and what a KL penalty means to penalize. Defined in Section 10.2."""
+    return _kl(*_check_pair(logits, ref_logits)).item()
 
 
 def forward_kl(logits, ref_logits):
-    """The exact KL(pi_ref || pi): the other direction, whose gradient a k3 loss follows.
-
-    Defined in Section 10.3.
-    """
-    return _forward_kl(*_check_pair(logits, ref_logits)).item()
+    """The exact KL(pi_ref || pi), the other direction, whose gradient a k3 loss turns out to
+    follow. Defined in Section 10.3."""
+    logits, ref_logits = _check_pair(logits, ref_logits)
+    return _kl(ref_logits, logits).item()
 
 
 def estimator_moments(logits, ref_logits):
-    """Exact mean and per-sample standard deviation of k1, k2 and k3 under y ~ pi.
-
-    Enumerates all K outcomes, each weighted by pi(y): the mean says whether an estimator is
-    biased, the standard deviation how many sampled tokens it takes to average it to a given
-    precision. Returns {"true_kl": float, "mean": {kind: float}, "std": {kind: float}}.
+    """Exact mean and per-sample standard deviation of k1, k2 and k3 under y ~ pi, over all K
+    outcomes: the mean says whether an estimator is biased, the spread how many tokens it takes to
+    average it. Returns {"true_kl": float, "mean": {kind: float}, "std": {kind: float}}.
     Defined in Section 10.2.
     """
     logits, ref_logits = _check_pair(logits, ref_logits)
     logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
     p = logp.exp()
-    stats = {"true_kl": _reverse_kl(logits, ref_logits).item(), "mean": {}, "std": {}}
+    stats = {"true_kl": _kl(logits, ref_logits).item(), "mean": {}, "std": {}}
     for kind in KL_KINDS:
         values = kl_penalty(logp, ref_logp, kind)                      # (K,) one per outcome
         mean = (p * values).sum()
@@ -113,14 +109,12 @@ def estimator_moments(logits, ref_logits):
 def expected_loss_grad(logits, ref_logits, kind):
     """The exact expected gradient, with respect to the logits, of a `kl_estimate` loss.
 
-    A trainer differentiates the estimator through log pi(y) with the sampled y held fixed, so
-    the expectation it follows is sum_y pi(y) * grad k(y) with pi(y) treated as a constant
-    weight: here each outcome's weight is its detached probability and autograd runs through
-    `kl_estimate`. `kind` is any of `kl_estimate`'s kinds, including the straight-through '+'.
+    Autograd sees the estimator at tokens already drawn and never differentiates the drawing, so
+    on average a trainer follows sum_y pi(y) grad k(y) with pi(y) a constant: here each outcome's
+    weight is its detached probability. `kind`: any of `kl_estimate`'s, '+' ones included.
     Defined in Section 10.3.
     """
     logits, ref_logits = _check_pair(logits, ref_logits)
-    _check_kind(kind, KL_ESTIMATE_KINDS)
     ref_logp = torch.log_softmax(ref_logits, -1)
 
     def batch_loss(z):
@@ -132,11 +126,10 @@ def expected_loss_grad(logits, ref_logits, kind):
 
 
 def expected_reward_grad(logits, ref_logits):
-    """Exact expected gradient of the reward placement for one token: REINFORCE on reward -k1.
+    """The exact expected gradient of the reward placement for one token (REINFORCE, reward -k1).
 
-    The penalty enters as a detached number multiplying log pi(y), so the loss whose descent
-    lowers the KL is sum_y pi(y) * log pi(y) * sg(k1(y)), each outcome weighted by its detached
-    probability. For a single token this equals the reverse-KL gradient (and the k2 loss's).
+    The penalty is a constant that scales grad log pi(y); descending sum_y pi(y) log pi(y) sg(k1)
+    lowers the KL. For a single token this is the reverse-KL gradient, the same as the k2 loss's.
     Defined in Section 10.4.
     """
     logits, ref_logits = _check_pair(logits, ref_logits)
@@ -151,28 +144,21 @@ def expected_reward_grad(logits, ref_logits):
 
 
 def reverse_kl_grad(logits, ref_logits):
-    """Gradient of the exact reverse KL(pi || pi_ref) with respect to the logits (autograd).
-
-    The target a "KL penalty to the reference" intends. Defined in Section 10.3.
-    """
+    """Autograd's gradient of the exact KL(pi || pi_ref) in the logits: the direction a "KL
+    penalty to the reference" is meant to push along. Defined in Section 10.3."""
     logits, ref_logits = _check_pair(logits, ref_logits)
-    return _grad(lambda z: _reverse_kl(z, ref_logits), logits)
+    return _grad(lambda z: _kl(z, ref_logits), logits)
 
 
 def forward_kl_grad(logits, ref_logits):
-    """Gradient of the exact forward KL(pi_ref || pi) with respect to the logits (autograd).
-
-    Defined in Section 10.3.
-    """
+    """Autograd's gradient of the exact KL(pi_ref || pi) in the logits. Defined in Section 10.3."""
     logits, ref_logits = _check_pair(logits, ref_logits)
-    return _grad(lambda z: _forward_kl(z, ref_logits), logits)
+    return _grad(lambda z: _kl(ref_logits, z), logits)
 
 
 def rel_error(g, target):
-    """||g - target|| / ||target|| over all entries: 0 is exact, 1 is as wrong as zero.
-
-    Defined in Section 10.3.
-    """
+    """||g - target|| / ||target|| over all entries: 0 is exact, 1 is as wrong as a zero vector.
+    Defined in Section 10.3."""
     for name, x in (("g", g), ("target", target)):
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -183,28 +169,25 @@ def rel_error(g, target):
                          f"{tuple(target.shape)}")
     norm = target.double().norm()
     if norm == 0:
-        raise ValueError("target must be nonzero: a relative error against a zero vector is "
-                         "undefined")
+        raise ValueError("target must be nonzero: a relative error against zero is undefined")
     return ((g.double() - target.double()).norm() / norm).item()
 
 
 def logits_at_kl(ref_logits, direction, target_kl, iterations=200):
     """Policy logits ref_logits + s * direction, with s >= 0 chosen so KL(pi || pi_ref) = target_kl.
 
-    Moving along one fixed direction gives a family of policies indexed by a single distance.
-    Along the ray the KL grows monotonically (its derivative in s is s * Var_pi(direction)) and
-    saturates at -log pi_ref(argmax direction), so s is found by bisection.
-    Returns (logits, s). Defined in Section 10.2.
+    Along the ray the KL only grows (its derivative in s is s * Var_pi(direction)) and levels
+    off at -log pi_ref(argmax direction), so bisection finds s. Returns (logits, s).
+    Defined in Section 10.2.
     """
     ref_logits, direction = _check_pair(ref_logits, direction)
     if not isinstance(target_kl, (int, float)) or not target_kl > 0:
         raise ValueError(f"target_kl must be a positive number, got {target_kl!r}")
     if direction.max() == direction.min():
-        raise ValueError("direction must not be constant: adding a constant to every logit "
-                         "leaves the distribution unchanged")
+        raise ValueError("direction must not be constant: it would leave the distribution as it is")
 
     def kl_at(s):
-        return _reverse_kl(ref_logits + s * direction, ref_logits).item()
+        return _kl(ref_logits + s * direction, ref_logits).item()
 
     lo, hi = 0.0, 1.0
     while kl_at(hi) < target_kl:
@@ -250,25 +233,23 @@ def _two_token_logps(first, second):
 
 
 def _two_token_kl(first, second, ref_first, ref_second):
+    """Sum over all (y1, y2) of pi(y1, y2) log(pi(y1, y2) / pi_ref(y1, y2)), differentiable."""
     logp1, logp2 = _two_token_logps(first, second)
     ref1, ref2 = _two_token_logps(ref_first, ref_second)
-    seq_logp = logp1[:, None] + logp2                                 # (V, V) log pi(y1, y2)
-    seq_ref = ref1[:, None] + ref2
+    seq_logp, seq_ref = logp1[:, None] + logp2, ref1[:, None] + ref2  # (V, V) log pi(y1, y2)
     return (seq_logp.exp() * (seq_logp - seq_ref)).sum()
 
 
 def two_token_kl(policy, ref):
-    """The exact sequence KL(pi || pi_ref) of the two-token model, over all V * V sequences.
-
-    Defined in Section 10.4.
-    """
+    """The exact sequence KL(pi || pi_ref) of the two-token model. Defined in Section 10.4."""
     return _two_token_kl(*_check_two_token(policy, ref)).item()
 
 
 def two_token_kl_grad(policy, ref):
     """Gradient of the exact sequence KL: (d/d first_logits (V,), d/d second_logits (V, V)).
 
-    It includes how the first token changes which second-token KL is visited.
+    The first-token part contains both effects of y1: on its own KL, and on which row of the
+    second-token table, hence which second-token KL, the sequence goes on to pay.
     Defined in Section 10.4.
     """
     first, second, ref_first, ref_second = _check_two_token(policy, ref)
@@ -278,12 +259,11 @@ def two_token_kl_grad(policy, ref):
 def two_token_loss_grad(policy, ref, kind):
     """Exact expected gradient of the per-token loss placement with estimator `kind`.
 
-    Each sequence contributes kl_estimate at both of its tokens, weighted by its detached
-    probability, so each term sees only its own token's log-probability.
+    Every sequence adds `kl_estimate` at its first and at its second token, weighted by the
+    sequence's detached probability; each term differentiates only its own token's log-prob.
     Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
     """
     first, second, ref_first, ref_second = _check_two_token(policy, ref)
-    _check_kind(kind, KL_ESTIMATE_KINDS)
     ref1, ref2 = _two_token_logps(ref_first, ref_second)
 
     def batch_loss(z1, z2):
@@ -298,9 +278,9 @@ def two_token_loss_grad(policy, ref, kind):
 def two_token_reward_grad(policy, ref):
     """Exact expected gradient of the reward placement (k1 in the reward, REINFORCE).
 
-    Each token's log-probability is multiplied by the detached sum of k1 from that token to
-    the end of the sequence (its KL-to-go), so the first token is charged for the second
-    token's divergence. This is the loss whose descent lowers the KL (the reward is -k1).
+    The score of a token, grad log pi, is scaled by a constant: the k1 still to come from that
+    token on (both tokens' k1 for y1, the second's alone for y2). So y1 answers for the
+    divergence of the second token it leads to. Descending this surrogate lowers the KL.
     Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
     """
     first, second, ref_first, ref_second = _check_two_token(policy, ref)

@@ -1,10 +1,13 @@
 """The shared figure style, and saving figures so that rebuilding them gives the same bytes.
 
 The unregularized run is drawn as the orange reference line in every TinyAgent panel.
+A PNG is the same on every machine once its metadata are fixed. A PDF stores each coordinate with
+ten decimals, so float64 noise of ~1e-9 between CPUs reaches its bytes: plot `rounded(...)` data.
 """
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
@@ -21,8 +24,16 @@ def use_style():
     })
 
 
+def rounded(values, decimals=6):
+    """`values` as a float64 array rounded to 1e-6: a millionth of a unit is far below a pixel,
+    and it hides the ~1e-9 differences in computed data between machines, so the PDF that
+    `save_figure` writes has the same bytes everywhere."""
+    return np.round(np.asarray(values, dtype=np.float64), decimals) + 0.0
+
+
 def save_figure(fig, name, directory=FIGURES):
-    """Save `fig` as `name`.png and `name`.pdf with no timestamps, so rebuilds are byte-stable."""
+    """Save `fig` as `name`.png and `name`.pdf with no timestamps, so rebuilds give the same
+    bytes (for the PDF, on another machine too, when the plotted data are `rounded`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     fig.savefig(directory / f"{name}.png", metadata={"Software": None}, bbox_inches="tight")
