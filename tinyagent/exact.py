@@ -43,8 +43,7 @@ def _as_logits(name, x, shape_hint, ndim):
     if torch.isnan(x).any():
         raise ValueError(f"{name} must not contain NaN")
     if torch.isinf(x).any():
-        raise ValueError(f"{name} must be finite (an infinite logit is a zero-probability "
-                         f"outcome, for which a KL to or from it is undefined)")
+        raise ValueError(f"{name} must be finite: an infinite logit leaves the KL undefined")
     return x.detach().to(torch.float64)
 
 
@@ -106,6 +105,20 @@ def estimator_moments(logits, ref_logits):
     return stats
 
 
+def _expected_grad(logits, ref_logits, per_outcome):
+    """Gradient in the logits of sum_y sg(pi(y)) * per_outcome(log pi, log pi_ref)[y]: what a
+    batch average of the per-outcome term follows, since sampling is not differentiated."""
+    logits, ref_logits = _check_pair(logits, ref_logits)
+    ref_logp = torch.log_softmax(ref_logits, -1)
+
+    def objective(z):
+        logp = torch.log_softmax(z, -1)
+        weight = logp.exp().detach()                                  # sampling, not differentiated
+        return (weight * per_outcome(logp, ref_logp)).sum()
+
+    return _grad(objective, logits)
+
+
 def expected_loss_grad(logits, ref_logits, kind):
     """The exact expected gradient, with respect to the logits, of a `kl_estimate` loss.
 
@@ -114,15 +127,8 @@ def expected_loss_grad(logits, ref_logits, kind):
     weight is its detached probability. `kind`: any of `kl_estimate`'s, '+' ones included.
     Defined in Section 10.3.
     """
-    logits, ref_logits = _check_pair(logits, ref_logits)
-    ref_logp = torch.log_softmax(ref_logits, -1)
-
-    def batch_loss(z):
-        logp = torch.log_softmax(z, -1)
-        weight = logp.exp().detach()                                  # sampling, not differentiated
-        return (weight * kl_estimate(logp, ref_logp, kind)).sum()
-
-    return _grad(batch_loss, logits)
+    return _expected_grad(logits, ref_logits,
+                          lambda logp, ref_logp: kl_estimate(logp, ref_logp, kind))
 
 
 def expected_reward_grad(logits, ref_logits):
@@ -132,15 +138,8 @@ def expected_reward_grad(logits, ref_logits):
     lowers the KL. For a single token this is the reverse-KL gradient, the same as the k2 loss's.
     Defined in Section 10.4.
     """
-    logits, ref_logits = _check_pair(logits, ref_logits)
-    ref_logp = torch.log_softmax(ref_logits, -1)
-
-    def surrogate(z):
-        logp = torch.log_softmax(z, -1)
-        weight = logp.exp().detach()
-        return (weight * logp * kl_penalty(logp, ref_logp, "k1").detach()).sum()
-
-    return _grad(surrogate, logits)
+    return _expected_grad(logits, ref_logits,
+                          lambda logp, ref_logp: logp * kl_penalty(logp, ref_logp, "k1").detach())
 
 
 def reverse_kl_grad(logits, ref_logits):
@@ -246,33 +245,38 @@ def two_token_kl(policy, ref):
 
 
 def two_token_kl_grad(policy, ref):
-    """Gradient of the exact sequence KL: (d/d first_logits (V,), d/d second_logits (V, V)).
-
-    The first-token part contains both effects of y1: on its own KL, and on which row of the
-    second-token table, hence which second-token KL, the sequence goes on to pay.
-    Defined in Section 10.4.
-    """
+    """Gradient of the exact sequence KL: (d/d first_logits (V,), d/d second_logits (V, V)). Its
+    first-token part holds both effects of y1: on its own KL, and on which second-token KL the
+    sequence goes on to pay. Defined in Section 10.4."""
     first, second, ref_first, ref_second = _check_two_token(policy, ref)
     return _grad(lambda z1, z2: _two_token_kl(z1, z2, ref_first, ref_second), first, second)
+
+
+def _expected_two_token_grad(policy, ref, per_sequence):
+    """Gradients in both logit tables of sum over (y1, y2) of sg(pi(y1, y2)) times the (V, V)
+    term per_sequence(logp1, logp2, ref1, ref2): as for one token, the sampling is detached."""
+    first, second, ref_first, ref_second = _check_two_token(policy, ref)
+    ref1, ref2 = _two_token_logps(ref_first, ref_second)
+
+    def objective(z1, z2):
+        logp1, logp2 = _two_token_logps(z1, z2)
+        weight = (logp1[:, None] + logp2).exp().detach()             # (V, V) pi(y1, y2)
+        return (weight * per_sequence(logp1, logp2, ref1, ref2)).sum()
+
+    return _grad(objective, first, second)
 
 
 def two_token_loss_grad(policy, ref, kind):
     """Exact expected gradient of the per-token loss placement with estimator `kind`.
 
-    Every sequence adds `kl_estimate` at its first and at its second token, weighted by the
-    sequence's detached probability; each term differentiates only its own token's log-prob.
+    Every sequence adds `kl_estimate` at its first and at its second token, each term
+    differentiating only its own token's log-prob.
     Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
     """
-    first, second, ref_first, ref_second = _check_two_token(policy, ref)
-    ref1, ref2 = _two_token_logps(ref_first, ref_second)
+    def both_tokens(logp1, logp2, ref1, ref2):
+        return kl_estimate(logp1, ref1, kind)[:, None] + kl_estimate(logp2, ref2, kind)
 
-    def batch_loss(z1, z2):
-        logp1, logp2 = _two_token_logps(z1, z2)
-        weight = (logp1[:, None] + logp2).exp().detach()             # (V, V) pi(y1, y2)
-        per_sequence = kl_estimate(logp1, ref1, kind)[:, None] + kl_estimate(logp2, ref2, kind)
-        return (weight * per_sequence).sum()
-
-    return _grad(batch_loss, first, second)
+    return _expected_two_token_grad(policy, ref, both_tokens)
 
 
 def two_token_reward_grad(policy, ref):
@@ -283,15 +287,9 @@ def two_token_reward_grad(policy, ref):
     divergence of the second token it leads to. Descending this surrogate lowers the KL.
     Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
     """
-    first, second, ref_first, ref_second = _check_two_token(policy, ref)
-    ref1, ref2 = _two_token_logps(ref_first, ref_second)
-
-    def surrogate(z1, z2):
-        logp1, logp2 = _two_token_logps(z1, z2)
-        weight = (logp1[:, None] + logp2).exp().detach()             # (V, V) pi(y1, y2)
+    def k1_to_go(logp1, logp2, ref1, ref2):
         k1_first = kl_penalty(logp1, ref1, "k1").detach()[:, None]    # (V, 1)
         k1_second = kl_penalty(logp2, ref2, "k1").detach()           # (V, V)
-        to_go = logp1[:, None] * (k1_first + k1_second) + logp2 * k1_second
-        return (weight * to_go).sum()
+        return logp1[:, None] * (k1_first + k1_second) + logp2 * k1_second
 
-    return _grad(surrogate, first, second)
+    return _expected_two_token_grad(policy, ref, k1_to_go)
