@@ -1,136 +1,23 @@
-"""Tests of tinyagent.regularize: kl_estimate (over Chapter 9's kl_penalty), entropy_bonus,
-sequence_kl, regularized_update and train_regularized."""
+"""Tests of tinyagent.regularize: RegularizedConfig, regularized_loss/update, the reward
+placement, the adaptive KL coefficient and train_regularized, including the check that the
+faster trainer reproduces the runs recorded before the speed-up."""
 import copy
-import math
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from tinyagent.grpo import (KL_KINDS, RLConfig, compute_advantages, frozen_copy, kl_penalty,
-                            rl_update, sample_step, train_rl)
+from tinyagent.evaluate import evaluate
+from tinyagent.grpo import (RLConfig, compute_advantages, frozen_copy, rl_update, sample_step,
+                            train_rl)
 from tinyagent.policy import load_rl_base
-from tinyagent.regularize import (KL_ESTIMATE_KINDS, RegularizedConfig, entropy_bonus, kl_estimate,
-                                  regularized_update, sequence_kl, train_regularized)
+from tinyagent.regularize import (RegularizedConfig, adaptive_kl_coef, first_choices,
+                                  regularized_update, train_regularized)
 
-
-def _logps(seed=0, shape=(3, 7)):
-    """Log-probabilities of sampled tokens under a policy and a reference, float64."""
-    g = torch.Generator().manual_seed(seed)
-    logp = torch.log_softmax(torch.randn(shape[0], 11, generator=g, dtype=torch.float64), -1)
-    ref_logp = torch.log_softmax(torch.randn(shape[0], 11, generator=g, dtype=torch.float64), -1)
-    return logp[:, :shape[1]], ref_logp[:, :shape[1]]
-
-
-def _grad_of(kind, logp, ref_logp):
-    leaf = logp.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(kl_estimate(leaf, ref_logp, kind).sum(), leaf)
-    return grad
-
-
-def test_kinds_are_the_three_estimators_and_their_straight_through_versions():
-    assert KL_ESTIMATE_KINDS == ("k1", "k2", "k3", "k1+", "k2+", "k3+")
-
-
-@pytest.mark.parametrize("kind", KL_KINDS)
-def test_values_equal_kl_penalty(kind):
-    logp, ref_logp = _logps()
-    assert torch.equal(kl_estimate(logp, ref_logp, kind), kl_penalty(logp, ref_logp, kind))
-
-
-@pytest.mark.parametrize("kind", KL_KINDS)
-def test_straight_through_value_is_the_estimator(kind):
-    logp, ref_logp = _logps()
-    value = kl_estimate(logp.clone().requires_grad_(True), ref_logp, kind + "+")
-    torch.testing.assert_close(value.detach(), kl_penalty(logp, ref_logp, kind),
-                               rtol=0, atol=1e-15)
-
-
-@pytest.mark.parametrize("kind", KL_ESTIMATE_KINDS)
-def test_plus_kinds_have_k2_gradient_and_plain_kinds_their_own(kind):
-    logp, ref_logp = _logps(seed=1)
-    k2_grad = _grad_of("k2", logp, ref_logp)
-    grad = _grad_of(kind, logp, ref_logp)
-    if kind.endswith("+") or kind == "k2":
-        torch.testing.assert_close(grad, k2_grad, rtol=0, atol=1e-15)
-    else:
-        # the plain k1 and k3 gradients differ from k2's, so the check above can fail
-        assert (grad - k2_grad).abs().max() > 1e-3
-
-
-def test_gradient_formulas_per_sample():
-    # d/dlogp of k1, k2, k3 with l = ref_logp - logp: 1, -l, 1 - e^l
-    logp, ref_logp = _logps(seed=2)
-    ell = ref_logp - logp
-    torch.testing.assert_close(_grad_of("k1", logp, ref_logp), torch.ones_like(ell))
-    torch.testing.assert_close(_grad_of("k2", logp, ref_logp), -ell)
-    torch.testing.assert_close(_grad_of("k3", logp, ref_logp), 1 - ell.exp())
-
-
-@pytest.mark.parametrize("fn", [kl_estimate, kl_penalty])
-def test_unknown_kind_lists_the_allowed_kinds(fn):
-    logp, ref_logp = _logps()
-    with pytest.raises(ValueError) as err:
-        fn(logp, ref_logp, "k4")
-    allowed = KL_ESTIMATE_KINDS if fn is kl_estimate else KL_KINDS
-    for kind in allowed:
-        assert kind in str(err.value)
-    assert "'k4'" in str(err.value)
-
-
-@pytest.mark.parametrize("pi, pi_ref, expected", [
-    (0.5, 0.2, {"k1": 0.916, "k2": 0.420, "k3": 0.316}),
-    (0.3, 0.6, {"k1": -0.693, "k2": 0.240, "k3": 0.307}),
-])
-def test_reference_page_worked_example(pi, pi_ref, expected):
-    logp = torch.tensor([math.log(pi)], dtype=torch.float64)
-    ref_logp = torch.tensor([math.log(pi_ref)], dtype=torch.float64)
-    for kind, value in expected.items():
-        assert round(kl_penalty(logp, ref_logp, kind).item(), 3) == value, kind
-        assert round(kl_estimate(logp, ref_logp, kind + "+").item(), 3) == value, kind + "+"
-
-
-@pytest.mark.parametrize("kind", KL_ESTIMATE_KINDS)
-def test_mismatched_shapes_raise(kind):
-    logp, ref_logp = _logps()
-    with pytest.raises(ValueError, match="same shape"):
-        kl_estimate(logp, ref_logp[:, :-1], kind)
-
-
-@pytest.mark.parametrize("kind", KL_ESTIMATE_KINDS)
-@pytest.mark.parametrize("which", ["logp", "ref_logp"])
-def test_nan_log_probabilities_raise(kind, which):
-    logp, ref_logp = _logps()
-    bad = (logp if which == "logp" else ref_logp).clone()
-    bad[0, 0] = float("nan")
-    args = (bad, ref_logp) if which == "logp" else (logp, bad)
-    with pytest.raises(ValueError, match="NaN"):
-        kl_estimate(*args, kind)
-
-
-# --- Section 10.6: entropy_bonus, sequence_kl, regularized_update, train_regularized ---------
+REFERENCE_RUNS = Path(__file__).parent / "data" / "three_step_reference.json"
 
 SMALL = dict(tasks_per_step=4, group_size=8)
-
-
-def test_entropy_bonus_uniform_logits_give_log_v_and_ignore_masked_positions():
-    logits = torch.zeros(2, 3, 316, dtype=torch.float64)
-    logits[1, 2] = torch.linspace(-50, 50, 316, dtype=torch.float64)   # far from uniform
-    mask = torch.tensor([[True, True, False], [True, False, False]])
-    assert entropy_bonus(logits, mask).item() == pytest.approx(math.log(316), abs=1e-12)
-    mask[1, 2] = True                      # now a sharp position joins the three uniform ones
-    p = torch.softmax(logits[1, 2], -1)
-    sharp = -(p * p.log()).sum().item()
-    assert sharp < math.log(316) - 1
-    assert entropy_bonus(logits, mask).item() == pytest.approx((3 * math.log(316) + sharp) / 4, abs=1e-12)
-    with pytest.raises(ValueError, match="disagree"):
-        entropy_bonus(logits, mask[:, :2])
-
-
-def test_sequence_kl_sums_k1_over_policy_tokens():
-    logp = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, -0.1]], dtype=torch.float64)
-    ref = torch.tensor([[0.0, -1.5, -1.0], [0.0, -0.5, -3.0]], dtype=torch.float64)
-    mask = torch.tensor([[False, True, True], [False, True, False]])
-    assert sequence_kl(logp, ref, mask).tolist() == pytest.approx([0.5 - 1.0, 0.0])
 
 
 def test_regularized_update_equals_rl_update_with_regularizers_off():
@@ -173,15 +60,16 @@ def test_k3_plus_update_follows_k2_gradient():
     assert not torch.allclose(moved[0], moved[2], atol=1e-10, rtol=0)
 
 
-def test_kl_in_reward_shapes_the_reward_and_drops_the_kl_loss():
+def test_reward_placement_shapes_the_reward_and_drops_the_kl_loss():
     policy = load_rl_base()
-    hist = train_regularized(policy, RegularizedConfig(**SMALL, kl_coef=0.3, kl_in_reward=True),
+    reward = dict(kl_kind="k1", kl_placement="reward")
+    hist = train_regularized(policy, RegularizedConfig(**SMALL, kl_coef=0.3, **reward),
                              steps=2, progress=False)
     assert "sequence_kl" in hist[0] and hist[0]["sequence_kl"] == pytest.approx(0.0, abs=1e-12)
     assert hist[1]["sequence_kl"] != 0.0
     # the reward placement with kl_coef = 0 is the plain run
     a, b = load_rl_base(), load_rl_base()
-    train_regularized(a, RegularizedConfig(**SMALL, kl_in_reward=True), steps=2, progress=False)
+    train_regularized(a, RegularizedConfig(**SMALL, **reward), steps=2, progress=False)
     train_regularized(b, RegularizedConfig(**SMALL), steps=2, progress=False)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
@@ -193,3 +81,80 @@ def test_regularized_config_rejects_bad_values():
         RegularizedConfig(kl_kind="k4")
     with pytest.raises(ValueError, match="allowed: k1, k2, k3$"):
         RLConfig(kl_kind="k3+")
+    with pytest.raises(ValueError, match="allowed: loss, reward"):
+        RegularizedConfig(kl_placement="advantage")
+    with pytest.raises(ValueError, match="set kl_kind='k1'"):
+        RegularizedConfig(kl_coef=0.3, kl_placement="reward")          # k3 by default
+    with pytest.raises(ValueError, match="allowed: all, after_observation"):
+        RegularizedConfig(entropy_positions="everywhere")
+    with pytest.raises(ValueError, match="kl_target > 0 and a starting kl_coef > 0"):
+        RegularizedConfig(kl_target=0.05)                               # beta 0 cannot adapt
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("eps_low", 1.5, r"\[0, 1\)"), ("eps_low", -0.1, r"\[0, 1\)"), ("eps_high", -0.2, "non-negative"),
+    ("temperature", 0.0, "positive"), ("lr", float("nan"), "non-negative")])
+def test_clip_bounds_and_other_fields_are_refused_outside_their_range(field, value, allowed):
+    with pytest.raises(ValueError, match=allowed):
+        RLConfig(**{field: value})
+
+
+def test_adaptive_kl_coef_against_a_hand_computation():
+    # kl twice the target: error clipped to +0.2, beta * (1 + 0.2 / 10)
+    assert adaptive_kl_coef(0.1, kl=0.2, target=0.1) == pytest.approx(0.1 * 1.02, rel=1e-15)
+    # kl 10% above the target: not clipped, beta * (1 + 0.1 / 10)
+    assert adaptive_kl_coef(0.1, kl=0.11, target=0.1) == pytest.approx(0.1 * 1.01, rel=1e-12)
+    # kl far below: clipped to -0.2
+    assert adaptive_kl_coef(0.5, kl=0.0, target=0.1) == pytest.approx(0.5 * 0.98, rel=1e-15)
+    with pytest.raises(ValueError, match="target > 0"):
+        adaptive_kl_coef(0.1, kl=0.1, target=0.0)
+
+
+def test_train_regularized_adapts_and_logs_beta():
+    policy = load_rl_base()
+    cfg = RegularizedConfig(**SMALL, kl_coef=0.1, kl_kind="k3+", kl_target=1e-6)
+    hist = train_regularized(policy, cfg, steps=3, progress=False)
+    betas = [log["kl_coef"] for log in hist]
+    assert betas[0] == 0.1
+    for before, after, log in zip(betas, betas[1:], hist):
+        assert after == pytest.approx(adaptive_kl_coef(before, log["kl"], 1e-6), rel=1e-15)
+    assert betas[2] > betas[1] > betas[0]             # the KL is above a tiny target: beta grows
+
+
+def test_first_choices_are_the_token_after_each_call_opener():
+    #            prompt   <call> read tests </call>  obs obs  <call> edit f </call>
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    assert first_choices(mask).nonzero()[:, 1].tolist() == [3, 9]
+
+
+def test_entropy_bonus_after_observations_only_moves_the_policy_differently():
+    base = load_rl_base()
+    batch = sample_step(base, RLConfig(**SMALL), torch.Generator().manual_seed(0))
+    zero = torch.zeros_like(batch.rewards)
+    moved = {}
+    for where in ("all", "after_observation"):
+        p = copy.deepcopy(base)
+        cfg = RegularizedConfig(**SMALL, minibatches=1, entropy_coef=0.1, entropy_positions=where)
+        log = regularized_update(p, frozen_copy(base), torch.optim.SGD(p.parameters(), lr=0.1),
+                                 batch, zero, cfg, torch.Generator().manual_seed(1))
+        moved[where] = (torch.cat([x.flatten() for x in p.parameters()]), log["entropy"])
+    assert moved["all"][1] == moved["after_observation"][1]      # the logged entropy: all positions
+    assert not torch.allclose(moved["all"][0], moved["after_observation"][0], atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["default", "k3_0.3_entropy", "reward_placement"])
+def test_three_steps_reproduce_the_runs_recorded_before_the_speed_up(name):
+    recorded = json.loads(REFERENCE_RUNS.read_text())["runs"][name]
+    policy = load_rl_base()
+    history = train_regularized(policy, RegularizedConfig(**recorded["config"]), steps=3,
+                                progress=False)
+    held_out = evaluate(policy, reference=load_rl_base(), n=4, ks=(1, 4))
+    for ours, theirs in zip(history, recorded["history"]):
+        for key, value in theirs.items():
+            if key == "kl" and name == "reward_placement":
+                continue            # then logged k3, now the k1 the placement uses
+            assert ours[key] == pytest.approx(value, abs=1e-9, rel=0), (key, ours["step"])
+    for key, value in recorded["eval"].items():
+        assert held_out[key] == pytest.approx(value, abs=1e-9, rel=0), key
+    for key, tensor in policy.state_dict().items():
+        assert tensor.sum().item() == pytest.approx(recorded["param_sums"][key], abs=1e-9), key

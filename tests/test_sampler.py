@@ -6,7 +6,7 @@ import torch
 
 from tinyagent.gym import TRAIN_TASKS
 from tinyagent.policy import Policy
-from tinyagent.sampler import rollout, sample_tokens, token_logprobs
+from tinyagent.sampler import draw_uniforms, rollout, sample_tokens, token_logprobs
 
 TASKS = [TRAIN_TASKS[i // 4] for i in range(16)]
 
@@ -30,9 +30,48 @@ def test_sampler_logprobs_equal_a_full_recompute():
     assert (batch.logp[~mask] == 0).all()
 
 
+def test_log_probs_at_policy_positions_equal_the_full_computation():
+    policy, batch = Policy(seed=1), run(0)
+    mask = batch.policy_mask
+    full_logp, full_dist = token_logprobs(policy, batch.tokens, 1.3)
+    logp, dist = token_logprobs(policy, batch.tokens, 1.3, mask)
+    assert dist.shape == (int(mask.sum()), full_dist.shape[-1])          # (N, V), not (B, T, V)
+    torch.testing.assert_close(logp[mask], full_logp[mask], atol=1e-12, rtol=0)
+    assert (logp[~mask] == 0).all()
+    torch.testing.assert_close(dist, full_dist[mask], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="False at position 0"):
+        token_logprobs(policy, batch.tokens, 1.0, torch.ones_like(mask))
+
+
+def test_masked_log_probs_carry_the_same_gradient():
+    batch = run(0)
+    grads = []
+    for mask in (None, batch.policy_mask):
+        policy = Policy(seed=1)
+        logp, dist = token_logprobs(policy, batch.tokens, 1.0, mask)
+        entropy = -(dist.exp() * dist).sum(-1)
+        entropy = entropy[batch.policy_mask] if mask is None else entropy
+        ((logp * batch.policy_mask).sum() + entropy.sum()).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-10, rtol=0)
+
+
+def test_prefill_fills_the_cache_as_one_token_steps_do():
+    policy, batch = Policy(seed=1), run(0)
+    prompt = batch.tokens[:, :13]
+    cache_a, cache_b = policy.new_cache(16), policy.new_cache(16)
+    with torch.no_grad():
+        logits_a = policy.prefill(prompt, cache_a)
+        for pos in range(13):
+            logits_b = policy.step(prompt[:, pos], pos, cache_b)
+    torch.testing.assert_close(logits_a, logits_b, atol=1e-12, rtol=0)
+    for (ka, va), (kb, vb) in zip(cache_a, cache_b):
+        torch.testing.assert_close(ka[:, :, :13], kb[:, :, :13], atol=1e-12, rtol=0)
+
+
 def test_inverse_cdf_sampling_follows_the_distribution():
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]], dtype=torch.float64)).repeat(20000, 1)
-    tokens, _ = sample_tokens(logits, torch.Generator().manual_seed(0))
+    tokens, _ = sample_tokens(logits, draw_uniforms(20000, torch.Generator().manual_seed(0)))
     freq = torch.bincount(tokens, minlength=3).double() / 20000
     assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64), atol=0.015)
 

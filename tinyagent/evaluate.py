@@ -5,7 +5,7 @@ from math import comb
 
 import torch
 
-from .grpo import kl_penalty, masked_mean
+from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS
 from .sampler import rollout, token_logprobs
 
@@ -45,7 +45,7 @@ def evaluate(policy, tasks=HELDOUT_TASKS, n=16, ks=(1, 8), seed=1234, reference=
     out["malformed"] = sum(e.malformed for e in batch.episodes) / len(batch.episodes)
     out["passed_per_task"] = passed
     if reference is not None:
-        ref_logp, _ = token_logprobs(reference, batch.tokens, temperature)
+        ref_logp, _ = token_logprobs(reference, batch.tokens, temperature, batch.policy_mask)
         out["kl_from_ref"] = masked_mean(kl_penalty(batch.logp, ref_logp, "k3"),
                                          batch.policy_mask).item()
     return out

@@ -1,55 +1,46 @@
 """Chapter 9: GRPO on TinyAgent (sampling a step, group advantages, the clipped loss, the
-per-token KL penalty, the update and the training loop)."""
+per-token KL penalty, the update and the training loop). The KL estimators and the entropy
+come from the leaf module `kl`; their Chapter 9 names stay importable from here."""
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import trange
 
 from .gym import TRAIN_TASKS
+from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
-
-KL_KINDS = ("k1", "k2", "k3")
-
-
-def _check_logps(logp, ref_logp):
-    if logp.shape != ref_logp.shape:
-        raise ValueError(f"logp and ref_logp must have the same shape, got {tuple(logp.shape)} "
-                         f"and {tuple(ref_logp.shape)}")
-    if torch.isnan(logp).any() or torch.isnan(ref_logp).any():
-        raise ValueError("logp and ref_logp must not contain NaN log-probabilities")
-
-
-def kl_penalty(logp, ref_logp, kind):
-    """Schulman's per-token estimators of KL(pi || pi_ref) from the sampled tokens' log-probs.
-
-    With l = ref_logp - logp: k1 = -l, k2 = l^2 / 2, k3 = e^l - 1 - l, elementwise.
-    """
-    if kind not in KL_KINDS:
-        raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(KL_KINDS)}")
-    _check_logps(logp, ref_logp)
-    log_ratio = ref_logp - logp
-    if kind == "k1":
-        return -log_ratio
-    if kind == "k2":
-        return 0.5 * log_ratio ** 2
-    return torch.expm1(log_ratio) - log_ratio
 
 
 @dataclass(frozen=True)
 class RLConfig:
-    """Chapter 9's default GRPO configuration on TinyAgent."""
-    tasks_per_step: int = 8      # groups per step
-    group_size: int = 8          # attempts at the same task; advantages are relative within a group
-    epochs: int = 1              # passes over the batch per step
-    minibatches: int = 2         # optimizer steps per epoch
-    eps_low: float = 0.2         # PPO clip: ratio floor 1 - eps_low for negative advantages
-    eps_high: float = 0.2        # ratio ceiling 1 + eps_high for positive advantages (DAPO raises it)
-    lr: float = 1e-3             # Adam; clips ~0.1% of tokens, as Chapter 9 reports; 2e-3 is unstable
-    temperature: float = 1.0     # sampling temperature; log-probs are computed at the same one
-    kl_coef: float = 0.0         # beta of a per-token KL loss to the reference (0: no KL)
-    kl_kind: str = "k3"          # which estimator that loss uses
-    seed: int = 0                # the one generator: task choice, episodes, minibatch order
+    """Chapter 9's default GRPO configuration on TinyAgent.
+
+    tasks_per_step  groups per step (8)
+    group_size      attempts at the same task; advantages are relative within a group (8)
+    epochs          passes over a step's batch (1)
+    minibatches     optimizer steps per epoch (2)
+    eps_low         PPO clip: ratio floor 1 - eps_low for negative advantages, in [0, 1) (0.2)
+    eps_high        ratio ceiling 1 + eps_high for positive advantages, >= 0; DAPO's
+                    clip-higher raises it, `math.inf` removes it (0.2)
+    lr              Adam; clips ~0.1% of tokens as Chapter 9 reports; 2e-3 is unstable (1e-3)
+    temperature     sampling temperature; log-probs are computed at the same one (1.0)
+    kl_coef         beta of a per-token KL loss to the reference; 0 turns it off (0.0)
+    kl_kind         which estimator that loss uses, one of KL_KINDS (k3)
+    seed            the one generator: task choice, episodes, minibatch order (0)
+    """
+    tasks_per_step: int = 8
+    group_size: int = 8
+    epochs: int = 1
+    minibatches: int = 2
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    lr: float = 1e-3
+    temperature: float = 1.0
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    seed: int = 0
     allowed_kl_kinds = KL_KINDS  # (a class attribute, not a field)
 
     def __post_init__(self):
@@ -59,11 +50,15 @@ class RLConfig:
         for name in ("tasks_per_step", "group_size", "epochs", "minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("eps_low", "eps_high", "lr", "kl_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
+        if not 0 <= self.eps_low < 1:
+            raise ValueError(f"eps_low must be in [0, 1) so the ratio floor 1 - eps_low stays "
+                             f"positive, got {self.eps_low}")
+        for name in ("eps_high", "lr", "kl_coef"):
+            value = getattr(self, name)
+            if math.isnan(value) or value < 0:
+                raise ValueError(f"{name} must be non-negative, got {value}")
+        if not 0 < self.temperature < math.inf:
+            raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
         if self.episodes_per_step % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide the "
                              f"{self.episodes_per_step} episodes of a step")
@@ -98,56 +93,59 @@ def compute_advantages(rewards, group_size):
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, "
                          f"got shape {tuple(rewards.shape)}")
-    groups = rewards.view(-1, group_size)
-    std = groups.std(dim=1, keepdim=True)
-    flat = std == 0
-    adv = torch.where(flat, torch.zeros_like(groups), (groups - groups.mean(1, keepdim=True)) / std)
-    return adv.reshape(-1), flat.double().mean().item()
-
-
-def masked_mean(x, mask):
-    return (x * mask).sum() / mask.sum()
+    groups = rewards.view(-1, group_size)                                # (G, group_size)
+    std = groups.std(dim=1, keepdim=True)                                # (G, 1)
+    identical = std == 0
+    adv = torch.where(identical, torch.zeros_like(groups),
+                      (groups - groups.mean(1, keepdim=True)) / std)
+    return adv.reshape(-1), identical.double().mean().item()
 
 
 def policy_loss(logp, old_logp, advantages, mask, cfg):
     """PPO's clipped surrogate, token-mean over the policy tokens of a minibatch.
     `advantages` is per episode (B,), broadcast over its tokens. Returns (loss, clip fraction)."""
     ratio = torch.exp(logp - old_logp)                                   # (B, T)
-    adv = advantages[:, None]
+    adv = advantages[:, None]                                            # (B, 1)
     clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high)
     loss = masked_mean(-torch.minimum(ratio * adv, clipped * adv), mask)
     binds = ((adv > 0) & (ratio > 1 + cfg.eps_high)) | ((adv < 0) & (ratio < 1 - cfg.eps_low))
     return loss, masked_mean(binds.double(), mask).item()
 
 
-def policy_entropy(logprobs, mask):
-    """Mean full-vocabulary entropy (nats) at the policy positions."""
-    return masked_mean(-(logprobs.exp() * logprobs).sum(-1), mask)
+def grpo_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
+    """Chapter 9's loss on one minibatch, pg_loss + kl_coef * kl, and what it logs.
+    `log_dist` holds the policy's log-distributions at the policy positions (N, V)."""
+    pg_loss, clip_frac = policy_loss(logp, old_logp, advantages, mask, cfg)
+    kl = masked_mean(kl_penalty(logp, ref_logp, cfg.kl_kind), mask)
+    loss = pg_loss + cfg.kl_coef * kl
+    entropy = policy_entropy(log_dist.detach(), mask)
+    return loss, {"clip_frac": clip_frac, "entropy": entropy.item(), "kl": kl.item()}
 
 
-def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen):
+def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn=grpo_loss):
     """One GRPO update on a batch: pi_old log-probs recomputed here, then `cfg.epochs` passes of
-    `cfg.minibatches` Adam steps on loss = pg_loss + kl_coef * kl."""
-    tokens, mask, T = batch.tokens, batch.policy_mask, cfg.temperature
+    `cfg.minibatches` Adam steps on `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its
+    own). Log-probs are computed only at the policy's tokens, the only ones a loss reads.
+    Returns the minibatch statistics averaged, the batch's k3 distance to the reference, and
+    the mismatch between the sampler's log-probs and the trainer's recomputation of them."""
+    tokens, mask, temperature = batch.tokens, batch.policy_mask, cfg.temperature   # (B, T)
     with torch.no_grad():
-        old_logp, _ = token_logprobs(policy, tokens, T)
-        ref_logp, _ = token_logprobs(reference, tokens, T)
-    stats = {"clip_frac": [], "entropy": [], "kl": []}
+        old_logp, _ = token_logprobs(policy, tokens, temperature, mask)            # (B, T)
+        ref_logp, _ = token_logprobs(reference, tokens, temperature, mask)         # (B, T)
+    stats = []
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
         for mb in order.chunk(cfg.minibatches):
-            logp, logprobs = token_logprobs(policy, tokens[mb], T)
-            pg_loss, clip_frac = policy_loss(logp, old_logp[mb], advantages[mb], mask[mb], cfg)
-            kl = masked_mean(kl_penalty(logp, ref_logp[mb], cfg.kl_kind), mask[mb])
-            loss = pg_loss + cfg.kl_coef * kl
+            logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
+            loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,
+                                     advantages[mb], mask[mb], cfg)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            stats["clip_frac"].append(clip_frac)
-            stats["entropy"].append(policy_entropy(logprobs.detach(), mask[mb]).item())
-            stats["kl"].append(kl.item())
-    out = {k: sum(v) / len(v) for k, v in stats.items()}
+            stats.append(mb_stats)
+    out = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
     out["k3_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
+    out["mismatch_kl"] = mismatch_kl(old_logp, batch.logp, mask).item()
     return out
 
 

@@ -35,18 +35,21 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, cache=None, pos=None):
+    def forward(self, x, cache=None, pos=0):
+        """Causal attention over x (B, T, C). With a `cache`, x holds the tokens at positions
+        pos .. pos+T-1, whose keys and values are stored there: either a whole prefix (pos = 0,
+        the prompt) or one new token attending to everything cached before it."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)                        # 3 × (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (q, k, v))                               # (B, nh, T, hs)
-        if cache is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:                                                        # one new token at `pos`
-            cache[0][:, :, pos] = k[:, :, 0]
-            cache[1][:, :, pos] = v[:, :, 0]
-            k, v = cache[0][:, :, :pos + 1], cache[1][:, :, :pos + 1]  # (B, nh, pos+1, hs)
-            y = F.scaled_dot_product_attention(q, k, v)
+        if cache is not None:
+            if pos > 0 and T > 1:
+                raise ValueError("the cache takes a prefix at position 0 or one token at a time")
+            cache[0][:, :, pos:pos + T] = k
+            cache[1][:, :, pos:pos + T] = v
+            k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]  # (B, nh, pos+T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
         return self.proj(y)
 
@@ -69,7 +72,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cache=None, pos=None):
+    def forward(self, x, cache=None, pos=0):
         x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
@@ -100,29 +103,37 @@ class Policy(nn.Module):
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=gen, dtype=DTYPE) * std)
 
-    def forward(self, idx):
+    def features(self, idx, cache=None, pos=0):
+        """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
+        pos .. pos+T-1 (with a `cache`, see CausalSelfAttention)."""
         B, T = idx.shape
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.cfg.block_size}")
-        x = self.wte(idx) + self.wpe(torch.arange(T))                # (B, T, C)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(self.ln_f(x))                               # (B, T, V)
+        if pos + T > self.cfg.block_size:
+            raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
+        x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache[i], pos)
+        return self.ln_f(x)                                          # (B, T, C)
+
+    def forward(self, idx):
+        return self.head(self.features(idx))                         # (B, T, V)
 
     def new_cache(self, batch_size):
         """Preallocated keys and values for incremental decoding: per layer (k, v),
-        each (B, nh, block_size, hs)."""
+        each (B, nh, block_size, hs), in the parameters' precision."""
         c = self.cfg
         shape = (batch_size, c.n_head, c.block_size, c.n_embd // c.n_head)
-        return [(torch.zeros(shape, dtype=DTYPE), torch.zeros(shape, dtype=DTYPE))
+        dtype = self.head.weight.dtype
+        return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
                 for _ in range(c.n_layer)]
 
+    def prefill(self, idx, cache):
+        """Feed a whole prefix idx (B, T) in one pass, filling the cache; logits (B, V) of the
+        token that follows it."""
+        return self.head(self.features(idx, cache)[:, -1])          # (B, V)
+
     def step(self, tokens, pos, cache):
-        """Logits (B, V) after feeding one token per sequence at position `pos`."""
-        x = self.wte(tokens)[:, None] + self.wpe.weight[pos]         # (B, 1, C)
-        for block, layer_cache in zip(self.blocks, cache):
-            x = block(x, layer_cache, pos)
-        return self.head(self.ln_f(x))[:, 0]                         # (B, V)
+        """Logits (B, V) after feeding one token per sequence (B,) at position `pos`."""
+        return self.head(self.features(tokens[:, None], cache, pos)[:, 0])   # (B, V)
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

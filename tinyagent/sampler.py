@@ -1,10 +1,13 @@
 """Batched multi-turn rollouts: the policy writes tool calls token by token, the gym answers
 with observation tokens, until `submit` or the turn limit.
 
-All episodes of a batch advance one position per step (a policy-sampled token, or a prompt or
-observation token fed in), sharing one position index and one preallocated key/value cache, so
-each step is a single one-token forward pass. Sampling uses its own float64 uniforms and the
-inverse CDF with an explicit generator, so results do not depend on torch's multinomial.
+Every episode's prompt has the same length, so the prompts go through the model in one pass
+that fills a preallocated key/value cache. After that, all running episodes advance one
+position per step (a policy-sampled token, or an observation token fed in) with a single
+one-token forward pass; an episode that has ended leaves the batch and its cache rows.
+Sampling uses its own float64 uniforms and the inverse CDF with an explicit generator, one
+uniform per episode and position whether or not that position samples, so an episode's draws
+do not depend on how long the others run, and results do not depend on torch's multinomial.
 """
 from collections import deque
 from dataclasses import dataclass
@@ -29,13 +32,18 @@ class Rollout:
     temperature: float
 
 
-def sample_tokens(logits, gen):
-    """One token per row by inverse CDF on float64 uniforms; returns (tokens, log-probs (B, V))."""
+def sample_tokens(logits, uniforms):
+    """One token per row by inverse CDF: the first token whose cumulative probability exceeds
+    the row's uniform (B, 1). Returns (tokens (B,), log-probs (B, V))."""
     logprobs = F.log_softmax(logits, dim=-1)
-    u = torch.rand(logits.shape[0], 1, generator=gen, dtype=torch.float64)
     cdf = logprobs.exp().cumsum(-1)
-    tokens = torch.searchsorted(cdf, u, right=True).clamp(max=logits.shape[-1] - 1)[:, 0]
+    tokens = torch.searchsorted(cdf, uniforms, right=True).clamp(max=logits.shape[-1] - 1)[:, 0]
     return tokens, logprobs
+
+
+def draw_uniforms(n, gen):
+    """Uniforms (n, 1) in float64 from the explicit generator."""
+    return torch.rand(n, 1, generator=gen, dtype=torch.float64)
 
 
 @torch.no_grad()
@@ -44,32 +52,40 @@ def rollout(policy, tasks, gen, temperature=1.0):
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     episodes = [Episode.start(task, gen) for task in tasks]
-    B, T = len(episodes), policy.cfg.block_size
-    queues = [deque(ep.prompt()) for ep in episodes]      # tokens to feed before sampling again
+    B, max_len = len(episodes), policy.cfg.block_size
+    rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far
+    P = len(rows[0])                                      # every prompt has the same length
+    queues = [deque() for _ in episodes]                  # observation tokens still to feed
     calls = [[] for _ in episodes]                        # the call being written
-    rows = [[q.popleft()] for q in queues]                # each episode's tokens so far
     sampled_at = [[] for _ in episodes]                   # (position, log-prob) of policy tokens
     cache = policy.new_cache(B)
-    for pos in range(T - 1):
-        if all(ep.done and not q for ep, q in zip(episodes, queues)):
-            break
-        current = torch.tensor([row[pos] for row in rows])
-        logits = policy.step(current, pos, cache) / temperature             # (B, V)
-        sampled, logprobs = sample_tokens(logits, gen)
+    for _ in range(P - 1):                                # prompt positions: nothing to sample
+        draw_uniforms(B, gen)
+    logits = policy.prefill(torch.tensor(rows), cache)                     # (B, V)
+    running = list(range(B))                              # episodes still in the batch
+    for pos in range(P - 1, max_len - 1):                 # the token at pos + 1
+        sampled, logprobs = sample_tokens(logits / temperature, draw_uniforms(B, gen)[running])
         sampled_logp = logprobs.gather(1, sampled[:, None])[:, 0].tolist()
-        for i, (ep, tok) in enumerate(zip(episodes, sampled.tolist())):
+        for i, tok, lp in zip(running, sampled.tolist(), sampled_logp):
             if queues[i]:
                 rows[i].append(queues[i].popleft())
-            elif ep.done:
-                rows[i].append(PAD)
-            else:
-                rows[i].append(tok)
-                sampled_at[i].append((pos + 1, sampled_logp[i]))
-                calls[i].append(tok)
-                if tok == END_CALL or len(calls[i]) == MAX_CALL_TOKENS:
-                    queues[i].extend(ep.step(calls[i]))
-                    calls[i] = []
-    tokens = torch.tensor(rows)                                              # (B, T')
+                continue
+            rows[i].append(tok)
+            sampled_at[i].append((pos + 1, lp))
+            calls[i].append(tok)
+            if tok == END_CALL or len(calls[i]) == MAX_CALL_TOKENS:
+                queues[i].extend(episodes[i].step(calls[i]))
+                calls[i] = []
+        keep = [j for j, i in enumerate(running) if not (episodes[i].done and not queues[i])]
+        if not keep:
+            break
+        if len(keep) < len(running):                      # drop finished episodes' cache rows
+            running = [running[j] for j in keep]
+            cache = [(k[keep], v[keep]) for k, v in cache]
+        current = torch.tensor([rows[i][pos + 1] for i in running])
+        logits = policy.step(current, pos + 1, cache)                          # (B', V)
+    width = max(len(row) for row in rows)
+    tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
     policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
     logp = torch.zeros(tokens.shape, dtype=torch.float64)
     for i, pairs in enumerate(sampled_at):
@@ -81,11 +97,35 @@ def rollout(policy, tasks, gen, temperature=1.0):
     return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
 
 
-def token_logprobs(policy, tokens, temperature=1.0):
-    """Recompute, with gradients, the log-probability of every token given its prefix.
-    Returns (logp (B, T), log-distributions (B, T, V)); position 0 has no prediction (0)."""
-    logprobs = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
-    logp = logprobs.gather(-1, tokens[:, 1:, None])[..., 0]                   # (B, T-1)
-    logp = F.pad(logp, (1, 0))
-    logprobs = F.pad(logprobs, (0, 0, 1, 0))
-    return logp, logprobs
+def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
+    """Recompute, with gradients, each token's log-probability given its prefix.
+
+    Returns (logp (B, T), log_dist): logp is 0 at position 0, which has no prediction. Without
+    a `mask`, log_dist is the log-distribution over the vocabulary at every position (B, T, V).
+    With a `mask` (B, T), only the masked positions are computed (the policy's tokens, the only
+    ones a loss reads): logp is 0 elsewhere and log_dist is (N, V), one row per masked position
+    in row-major order. The model then runs on groups of `group_rows` episodes of similar
+    length, each cut at its last masked token, instead of on a batch padded to the longest.
+    """
+    if mask is None:
+        log_dist = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
+        logp = log_dist.gather(-1, tokens[:, 1:, None])[..., 0]                 # (B, T-1)
+        return F.pad(logp, (1, 0)), F.pad(log_dist, (0, 0, 1, 0))
+    if mask.shape != tokens.shape or mask[:, 0].any():
+        raise ValueError(f"mask must be (B, T) like tokens {tuple(tokens.shape)} and False at "
+                         f"position 0, got {tuple(mask.shape)}")
+    predicted = mask[:, 1:]                               # (B, T-1): positions that predict one
+    slot = torch.full(predicted.shape, -1)                # each one's row in the packed output
+    slot[predicted] = torch.arange(int(predicted.sum()))
+    ends = predicted.cumsum(1).argmax(1) + 1              # (B,) cut after the last one
+    features, slots = [], []
+    for rows in ends.argsort(stable=True).split(group_rows):
+        width = int(ends[rows].max())
+        keep = predicted[rows, :width]                                         # (b, width)
+        features.append(policy.features(tokens[rows, :width])[keep])           # (n, C)
+        slots.append(slot[rows, :width][keep])
+    features = torch.cat(features)[torch.cat(slots).argsort()]                 # (N, C)
+    log_dist = F.log_softmax(policy.head(features) / temperature, dim=-1)      # (N, V)
+    picked = log_dist.gather(-1, tokens[:, 1:][predicted][:, None])[:, 0]      # (N,)
+    logp = torch.zeros(tokens.shape, dtype=log_dist.dtype).masked_scatter(mask, picked)  # (B, T)
+    return logp, log_dist

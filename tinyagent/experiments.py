@@ -1,0 +1,36 @@
+"""The TinyAgent experiments of Sections 10.7 and 10.8, defined once, so that every notebook
+asks the run cache for the same runs (and finds the ones another notebook computed)."""
+from dataclasses import replace
+
+from .regularize import RegularizedConfig
+from .runs import regularized_runs
+
+STEPS = 40                  # the chapter's runs are 40 steps long
+SEEDS = (0, 1, 2, 3, 4)     # every claim is scored on five seeds; seed 0 is the book's layout
+
+# Section 10.7's nine settings, in the book's order; everything not named is Chapter 9's default.
+COMPARISON = {
+    "none": RegularizedConfig(),
+    "k3+ beta=0.05": RegularizedConfig(kl_coef=0.05, kl_kind="k3+"),
+    "k3+ beta=0.3": RegularizedConfig(kl_coef=0.3, kl_kind="k3+"),
+    "k3+ beta=1.0": RegularizedConfig(kl_coef=1.0, kl_kind="k3+"),
+    "k3 beta=0.3": RegularizedConfig(kl_coef=0.3, kl_kind="k3"),
+    "reward beta=0.3": RegularizedConfig(kl_coef=0.3, kl_kind="k1", kl_placement="reward"),
+    "entropy 0.03": RegularizedConfig(entropy_coef=0.03),
+    "entropy 0.1": RegularizedConfig(entropy_coef=0.1),
+    "temperature 1.3": RegularizedConfig(temperature=1.3),
+}
+
+
+def seeded(cfg, seed):
+    """`cfg` trained from generator seed `seed` (task order, episodes, minibatches)."""
+    return replace(cfg, seed=seed)
+
+
+def comparison_runs(labels=tuple(COMPARISON), seeds=SEEDS, steps=STEPS, **kwargs):
+    """{label: [the run at each seed]} for Section 10.7's settings, from the cache or computed in
+    parallel workers (see `regularized_runs`)."""
+    jobs = [{"cfg": seeded(COMPARISON[label], seed), "steps": steps}
+            for label in labels for seed in seeds]
+    results = iter(regularized_runs(jobs, **kwargs))
+    return {label: [next(results) for _ in seeds] for label in labels}

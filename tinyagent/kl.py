@@ -1,0 +1,99 @@
+"""The chapter's math on per-token log-probabilities: KL estimators, entropies and their masked
+means. A leaf module (it imports only torch), so the trainers and the exact-enumeration helpers
+share one definition of each.
+
+Shapes: `logp`, `ref_logp` and `mask` are (B, T), one value per token of a batch of episodes;
+`logprobs` / `logits` are full distributions over the vocabulary, (..., V).
+"""
+import torch
+import torch.nn.functional as F
+
+KL_KINDS = ("k1", "k2", "k3")
+KL_ESTIMATE_KINDS = KL_KINDS + tuple(k + "+" for k in KL_KINDS)
+
+
+def check_logps(logp, ref_logp):
+    """Refuse log-probabilities that cannot be compared token by token."""
+    if logp.shape != ref_logp.shape:
+        raise ValueError(f"logp and ref_logp must have the same shape, got {tuple(logp.shape)} "
+                         f"and {tuple(ref_logp.shape)}")
+    if torch.isnan(logp).any() or torch.isnan(ref_logp).any():
+        raise ValueError("logp and ref_logp must not contain NaN log-probabilities")
+
+
+def kl_penalty(logp, ref_logp, kind):
+    """Schulman's per-token estimators of KL(pi || pi_ref) from the sampled tokens' log-probs.
+
+    With l = ref_logp - logp: k1 = -l, k2 = l^2 / 2, k3 = e^l - 1 - l, elementwise.
+    Defined in Chapter 9.
+    """
+    if kind not in KL_KINDS:
+        raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(KL_KINDS)}")
+    check_logps(logp, ref_logp)
+    log_ratio = ref_logp - logp
+    if kind == "k1":
+        return -log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio ** 2
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def kl_estimate(logp, ref_logp, kind):
+    """Per-token KL estimate whose value is `kind`'s estimator.
+
+    'k1', 'k2', 'k3' are Chapter 9's `kl_penalty`. A trailing '+' (for example 'k3+') keeps the
+    estimator's value but takes the gradient of k2, the reverse-KL gradient (straight-through:
+    g - g.detach() + v.detach()), as verl's `kl_loss_type` "+" variants do.
+    Defined in Section 10.3.
+    """
+    if kind not in KL_ESTIMATE_KINDS:
+        raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(KL_ESTIMATE_KINDS)}")
+    if not kind.endswith("+"):
+        return kl_penalty(logp, ref_logp, kind)
+    value = kl_penalty(logp, ref_logp, kind[:-1])
+    grad_carrier = kl_penalty(logp, ref_logp, "k2")
+    return grad_carrier - grad_carrier.detach() + value.detach()
+
+
+def masked_mean(x, mask):
+    """Mean of `x` over the positions where `mask` is True (the policy's tokens)."""
+    return (x * mask).sum() / mask.sum()
+
+
+def entropy(logprobs):
+    """Entropy (nats) of each distribution given by its log-probabilities: (..., V) -> (...)."""
+    return -(logprobs.exp() * logprobs).sum(-1)
+
+
+def policy_entropy(logprobs, mask):
+    """Mean full-vocabulary entropy (nats) at the policy positions. `logprobs` is (B, T, V) at
+    every position, or (N, V) at the N masked positions only. Defined in Chapter 9."""
+    per_position = entropy(logprobs)
+    if per_position.shape == mask.shape:
+        return masked_mean(per_position, mask)
+    if per_position.ndim == 1 and per_position.numel() == int(mask.sum()):
+        return per_position.mean()
+    raise ValueError(f"log-probabilities {tuple(logprobs.shape)} fit neither the mask "
+                     f"{tuple(mask.shape)} (B, T, V) nor its {int(mask.sum())} policy positions (N, V)")
+
+
+def entropy_bonus(logits, mask):
+    """Masked mean over policy positions of the full-vocabulary entropy of softmax(logits).
+    Exact at each visited prefix (no sampling), since every logit is already computed. `logits`
+    is (B, T, V), or (N, V) at the masked positions only. Defined in Section 10.6."""
+    return policy_entropy(F.log_softmax(logits, dim=-1), mask)
+
+
+def sequence_kl(logp, ref_logp, mask):
+    """Per episode, the sum of k1 = log pi - log pi_ref over its policy tokens: the sampled
+    estimate of the sequence KL that the reward placement subtracts. Defined in Section 10.4."""
+    if mask.shape != logp.shape:
+        raise ValueError(f"mask must have the shape of logp {tuple(logp.shape)}, got {tuple(mask.shape)}")
+    return (kl_penalty(logp, ref_logp, "k1") * mask).sum(dim=1)
+
+
+def mismatch_kl(trainer_logp, sampler_logp, mask):
+    """Mean per-token k3 estimate of KL(sampler || trainer) on the sampled tokens, as prime-rl
+    logs it: zero when both compute the same numbers, positive when the sampler's numerics (a
+    lower precision, another kernel) drift from the trainer's. Defined in the exercises."""
+    return masked_mean(kl_penalty(sampler_logp, trainer_logp, "k3"), mask)
