@@ -77,9 +77,9 @@ def test_turn_limit_ends_a_looping_episode():
 def test_log_tasks_name_a_caller_in_the_test_and_the_bug_in_the_log():
     task = next(t for t in TRAIN_TASKS if t.needs_log)
     ep = Episode.start(task, gen())
-    assert call(ep, "read tests") == f"<obs> fail {WORDS[ep.names[task.via]]} trace log </obs>"
+    assert call(ep, "read tests") == f"<obs> fail {WORDS[ep.names[task.decoy]]} trace log </obs>"
     assert call(ep, "read log") == f"<obs> error {WORDS[ep.names[task.bug]]} </obs>"
-    assert task.via != task.bug
+    assert task.decoy != task.bug
 
 
 def test_blind_edits_succeed_one_time_in_five_and_reading_solves():

@@ -38,15 +38,15 @@ TESTS, LOG, SRC = ID["tests"], ID["log"], ID["src"]
 @dataclass(frozen=True)
 class Task:
     """One repair task. `kinds`: what each of the five functions does (kind-word ids);
-    `bug`: the function whose edit fixes it; `via`: for the minority that needs the log,
-    the caller the failing test names (None for the majority)."""
+    `bug`: the function whose edit fixes it; `decoy`: for the minority that needs the log,
+    the caller the failing test names instead (None for the majority)."""
     kinds: tuple
     bug: int
-    via: int | None = None
+    decoy: int | None = None
 
     @property
     def needs_log(self):
-        return self.via is not None
+        return self.decoy is not None
 
 
 def make_tasks(n, n_log, gen, exclude=()):
@@ -55,10 +55,10 @@ def make_tasks(n, n_log, gen, exclude=()):
     while len(tasks) < n:
         kinds = tuple(KIND_IDS[i] for i in torch.randperm(len(KIND_IDS), generator=gen)[:N_FUNCTIONS])
         bug = int(torch.randint(N_FUNCTIONS, (1,), generator=gen))
-        via = None
+        decoy = None
         if len(tasks) < n_log:
-            via = (bug + 1 + int(torch.randint(N_FUNCTIONS - 1, (1,), generator=gen))) % N_FUNCTIONS
-        task = Task(kinds, bug, via)
+            decoy = (bug + 1 + int(torch.randint(N_FUNCTIONS - 1, (1,), generator=gen))) % N_FUNCTIONS
+        task = Task(kinds, bug, decoy)
         if (kinds, bug) not in seen:
             seen.add((kinds, bug))
             tasks.append(task)
@@ -136,7 +136,7 @@ class Episode:
         t, names = self.task, self.names
         if file == TESTS:
             if t.needs_log:
-                return [ID["fail"], names[t.via], ID["trace"], LOG]
+                return [ID["fail"], names[t.decoy], ID["trace"], LOG]
             return [ID["fail"], names[t.bug]]
         if file == LOG:
             return [ID["error"], names[t.bug]] if t.needs_log else [LOG, ID["empty"]]

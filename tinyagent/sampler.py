@@ -5,8 +5,8 @@ Every episode's prompt has the same length, so the prompts go through the model 
 that fills a preallocated key/value cache. After that, all running episodes advance one
 position per step (a policy-sampled token, or an observation token fed in) with a single
 one-token forward pass; an episode that has ended leaves the batch and its cache rows.
-Sampling uses its own float64 uniforms and the inverse CDF with an explicit generator, one
-uniform per episode and position whether or not that position samples, so an episode's draws
+Sampling uses its own float64 uniforms and the inverse CDF with an explicit generator (in
+float64 even for a lower-precision copy of the policy), one uniform per episode and position whether or not that position samples, so an episode's draws
 do not depend on how long the others run, and results do not depend on torch's multinomial.
 """
 from collections import deque
@@ -61,7 +61,7 @@ def rollout(policy, tasks, gen, temperature=1.0):
     cache = policy.new_cache(B)
     for _ in range(P - 1):                                # prompt positions: nothing to sample
         draw_uniforms(B, gen)
-    logits = policy.prefill(torch.tensor(rows), cache)                     # (B, V)
+    logits = policy.prefill(torch.tensor(rows), cache).double()            # (B, V)
     running = list(range(B))                              # episodes still in the batch
     for pos in range(P - 1, max_len - 1):                 # the token at pos + 1
         sampled, logprobs = sample_tokens(logits / temperature, draw_uniforms(B, gen)[running])
@@ -83,7 +83,7 @@ def rollout(policy, tasks, gen, temperature=1.0):
             running = [running[j] for j in keep]
             cache = [(k[keep], v[keep]) for k, v in cache]
         current = torch.tensor([rows[i][pos + 1] for i in running])
-        logits = policy.step(current, pos + 1, cache)                          # (B', V)
+        logits = policy.step(current, pos + 1, cache).double()                 # (B', V)
     width = max(len(row) for row in rows)
     tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
     policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
