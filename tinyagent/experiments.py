@@ -3,7 +3,8 @@ asks the run cache for the same runs (and finds the ones another notebook comput
 from dataclasses import replace
 
 from .regularize import RegularizedConfig
-from .runs import regularized_runs
+from .policy import load_rl_base
+from .runs import policy_from_state, regularized_runs
 
 STEPS = 40                  # the chapter's runs are 40 steps long
 SEEDS = (0, 1, 2, 3, 4)     # every claim is scored on five seeds; seed 0 is the book's layout
@@ -34,3 +35,23 @@ def comparison_runs(labels=tuple(COMPARISON), seeds=SEEDS, steps=STEPS, **kwargs
             for label in labels for seed in seeds]
     results = iter(regularized_runs(jobs, **kwargs))
     return {label: [next(results) for _ in seeds] for label in labels}
+
+
+RESET_FROM = "k3+ beta=0.3"     # Section 10.8 continues this run...
+RESET_STEPS = 20                # ...for this many steps, with a fresh optimizer
+
+
+def reset_runs(seeds=SEEDS, **kwargs):
+    """Section 10.8's reference reset, at every seed: the `RESET_FROM` run continued for
+    `RESET_STEPS` steps, once still anchored to the RL base agent ("anchored") and once anchored
+    to its own start ("reset"). Returns one {"anchored", "reset"} pair of runs per seed."""
+    starts = comparison_runs([RESET_FROM], seeds, **kwargs)[RESET_FROM]
+    base = load_rl_base()
+    jobs = []
+    for seed, run in zip(seeds, starts):
+        start = policy_from_state(run["state"])
+        for reference in (base, None):          # None: a frozen copy of the start
+            jobs.append({"cfg": seeded(COMPARISON[RESET_FROM], seed), "steps": RESET_STEPS,
+                         "start": start, "reference": reference})
+    results = iter(regularized_runs(jobs, **kwargs))
+    return [{"anchored": next(results), "reset": next(results)} for _ in seeds]
