@@ -1,0 +1,165 @@
+"""Tests of tinyagent.diagnostics: exact decision distributions and KLs, the per-token k3
+decomposition, and the call-by-call reading of episodes."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinyagent.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
+                                   first_call_distribution, heldout_prompts, heldout_rollout,
+                                   k3_decomposition, kl_divergence, malformed_calls, run_summary,
+                                   split_calls,
+                                   token_roles)
+from tinyagent.evaluate import evaluate
+from tinyagent.gym import HELDOUT_TASKS, Episode, Task
+from tinyagent.policy import Policy, load_rl_base
+from tinyagent.vocab import ID, WORDS, encode
+
+TASKS = HELDOUT_TASKS[:4]          # small, but with both task types
+assert {t.needs_log for t in TASKS} == {True, False}
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_rl_base()
+
+
+def test_kl_divergence_against_a_hand_computation():
+    p = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    q = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]], dtype=torch.float64)
+    expected = [0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5),    # 0 log 0 counts as 0
+                0.5 * math.log(2) + 0.25 * math.log(0.5)]
+    assert kl_divergence(p, q).tolist() == pytest.approx(expected, abs=1e-15)
+    assert kl_divergence(p, p).tolist() == [0.0, 0.0]
+    assert math.isinf(kl_divergence(torch.tensor([[0.5, 0.5]]), torch.tensor([[1.0, 0.0]]))[0])
+
+
+def _call_probability(policy, episode, body):
+    """P(`<call> body </call>` | prompt) by one teacher-forced pass over the whole sequence."""
+    prompt = episode.prompt()
+    seq = torch.tensor([prompt + [ID["<call>"], *body, ID["</call>"]]])
+    logp = F.log_softmax(policy(seq[:, :-1]), -1).gather(-1, seq[:, 1:, None])[0, :, 0]
+    return logp[len(prompt) - 1:].sum().exp().item()
+
+
+def test_first_call_distribution_matches_teacher_forcing_of_every_well_formed_call(base):
+    episodes = heldout_prompts(TASKS, attempts=2)
+    probs = first_call_distribution(base, episodes)
+    assert probs.shape == (len(episodes), len(DECISIONS))
+    assert (probs >= 0).all() and probs.sum(1).tolist() == pytest.approx([1.0] * len(episodes))
+    for p, episode in enumerate(episodes):
+        task, names = episode.task, episode.names
+        by_hand = {d: 0.0 for d in DECISIONS}
+        for verb in ("read", "cat"):
+            for file in ("tests", "log", "src"):
+                by_hand[f"read {file}"] += _call_probability(base, episode, encode([verb, file]))
+        for verb in ("edit", "patch"):
+            for i, name in enumerate(names):
+                role = ("edit the bug" if i == task.bug else
+                        "edit the decoy" if i == task.decoy else "edit another")
+                by_hand[role] += _call_probability(base, episode, [ID[verb], name])
+        by_hand["ls"] = _call_probability(base, episode, [ID["ls"]])
+        by_hand["submit"] = sum(_call_probability(base, episode, [ID[v]]) for v in ("submit", "done"))
+        by_hand["malformed"] = 1.0 - sum(by_hand.values())
+        assert probs[p].tolist() == pytest.approx([by_hand[d] for d in DECISIONS], abs=1e-12)
+        if not task.needs_log:
+            assert probs[p, DECISIONS.index("edit the decoy")] == 0.0
+
+
+def test_decision_kls_average_the_per_prompt_kls_in_both_directions(base):
+    episodes = heldout_prompts(TASKS, attempts=2)
+    ref = first_call_distribution(base, episodes)
+    same = decision_kls(ref, ref)
+    assert same["reverse_kl"] == pytest.approx(0.0, abs=1e-12)
+    assert same["forward_kl"] == pytest.approx(0.0, abs=1e-12)
+    assert sum(same[d] for d in DECISIONS) == pytest.approx(1.0)
+    probs = first_call_distribution(Policy(seed=0), episodes)
+    other = decision_kls(probs, ref)
+    assert other["reverse_kl"] == pytest.approx(kl_divergence(probs, ref).mean().item())
+    assert other["forward_kl"] == pytest.approx(kl_divergence(ref, probs).mean().item())
+    assert other["reverse_kl"] > 0 and other["forward_kl"] > 0
+    assert other["reverse_kl"] != pytest.approx(other["forward_kl"])     # KL is not symmetric
+
+
+def test_heldout_rollout_draws_the_episodes_evaluate_scores(base):
+    batch = heldout_rollout(base, TASKS, attempts=4)
+    scored = evaluate(base, TASKS, n=4, ks=(1,))
+    assert sum(e.reads for e in batch.episodes) / len(batch.episodes) == scored["reads"]
+    assert sum(e.malformed for e in batch.episodes) / len(batch.episodes) == scored["malformed"]
+    assert [e.names for e in batch.episodes] == [e.names for e in heldout_prompts(TASKS, 4)]
+
+
+def test_k3_decomposition_parts_add_up_to_the_evaluated_distance(base):
+    policy = Policy(seed=0)
+    batch = heldout_rollout(policy, TASKS, attempts=4)
+    parts = k3_decomposition(batch, base)
+    assert set(parts) == {(kind, role) for kind in ("majority", "needs the log") for role in ROLES}
+    total = evaluate(policy, TASKS, n=4, ks=(1,), reference=base)["kl_from_ref"]
+    assert sum(part["contribution"] for part in parts.values()) == pytest.approx(total, rel=1e-12)
+    assert sum(part["share"] for part in parts.values()) == pytest.approx(1.0)
+    for part in parts.values():
+        assert part["contribution"] == pytest.approx(part["share"] * part["per_token"], abs=1e-12)
+
+
+def _row(policy_words):
+    """One episode row: a prompt-like non-policy prefix, then policy calls separated by an
+    observation; returns tokens (T,) and mask (T,)."""
+    tokens, mask = [ID["<bos>"], ID["<task>"]], [False, False]
+    for words in policy_words:
+        if isinstance(words, str):                  # an observation
+            tokens += encode(words)
+            mask += [False] * len(words.split())
+        else:
+            tokens += encode(words)
+            mask += [True] * len(words)
+    return torch.tensor(tokens), torch.tensor(mask)
+
+
+def test_split_calls_and_roles_follow_the_call_grammar():
+    tokens, mask = _row([["<call>", "read", "tests", "</call>"], "<obs> fail fn001 </obs>",
+                         ["<call>", "submit", "submit", "submit"], ["</call>"],
+                         "<obs> error malformed </obs>", ["tests", "log", "</call>"]])
+    calls = split_calls(tokens, mask)
+    assert [[WORDS[t] for t in call] for _, call in calls] == [
+        ["<call>", "read", "tests", "</call>"], ["<call>", "submit", "submit", "submit"],
+        ["</call>"], ["tests", "log", "</call>"]]
+    roles = token_roles(tokens[None], mask[None])[0]
+    names = [ROLES[r] if r >= 0 else None for r in roles.tolist()]
+    policy_roles = [n for n, m in zip(names, mask.tolist()) if m]
+    assert policy_roles == ["other", "verb", "argument", "other",     # <call> read tests </call>
+                            "other", "verb", "argument", "other",     # four tokens, cut there
+                            "other",                                  # a lone </call>
+                            "other", "other", "other"]                # no <call>: no verb
+    assert all(n is None for n, m in zip(names, mask.tolist()) if not m)
+
+
+def test_call_patterns_name_each_function_by_its_role():
+    task = Task(kinds=tuple(encode("kind000 kind001 kind002 kind003 kind004")), bug=1, decoy=3)
+    episode = Episode(task, tuple(encode("fn000 fn001 fn002 fn003 fn004")))
+    assert call_pattern(encode("<call> edit fn001 </call>"), episode) == "<call> edit BUG </call>"
+    assert call_pattern(encode("<call> edit fn003 fn002"), episode) == "<call> edit DECOY NAME"
+    assert call_pattern(encode("<call> patch fn039 </call>"), episode) == "<call> patch ABSENT </call>"
+    assert call_pattern(encode("<call> read kind007 </call>"), episode) == "<call> read KIND </call>"
+
+
+def test_malformed_calls_count_only_calls_the_gym_rejects():
+    task = Task(kinds=tuple(encode("kind000 kind001 kind002 kind003 kind004")), bug=1)
+    episode = Episode(task, tuple(encode("fn000 fn001 fn002 fn003 fn004")))
+    tokens, mask = _row([["<call>", "edit", "fn039", "</call>"], "<obs> error malformed </obs>",
+                         ["<call>", "edit", "fn001", "</call>"], "<obs> edited fn001 </obs>",
+                         ["<call>", "edit", "fn039", "</call>"], "<obs> error malformed </obs>",
+                         ["<call>", "done", "</call>"]])
+    batch = SimpleNamespace(tokens=tokens[None], policy_mask=mask[None], episodes=[episode])
+    assert malformed_calls(batch) == {("majority", "<call> edit ABSENT </call>"): 2}
+
+
+def test_run_summary_reads_the_table_columns_and_the_claims_quantities():
+    history = [{"entropy": 0.5 - 0.01 * s, "reward": s / 40} for s in range(40)]
+    scored = {"pass@1": 0.7, "pass@8": 0.9, "distinct": 6.5, "kl_from_ref": 0.3, "reads": 1.1,
+              "malformed": 0.2, "passed_per_task": [0, 16, 12, 0, 9, 16, 16, 3, 8, 14]}
+    row = run_summary({"history": history, "eval": scored})
+    assert (row["entropy"], row["entropy_start"]) == (history[-1]["entropy"], 0.5)
+    assert row["kl_from_start"] == 0.3 and row["pass@8"] == 0.9 and row["unsolved"] == 2
+    assert row["late_reward"] == pytest.approx(sum(range(30, 40)) / 40 / 10)

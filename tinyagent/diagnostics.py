@@ -1,0 +1,222 @@
+"""Measurements that explain Section 10.7's results on our runs: why the plain k3 loss regularizes
+more than k3+ at the same beta, and where the unregularized run's distance from its start and its
+malformed calls come from.
+
+The notebook shows these beside the tables, so that a difference from the book is explained by a
+measurement, not a guess. Nothing that trains or evaluates imports this module (its code is not
+part of the run cache's key), and every measurement is cheap: one held-out rollout of 160 episodes,
+or the 19 well-formed first calls at each of its 160 prompts, per policy.
+"""
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+
+from .gym import CALL, END_CALL, HELDOUT_TASKS, MAX_CALL_TOKENS, Episode, parse_call
+from .kl import kl_penalty
+from .sampler import rollout, token_logprobs
+from .vocab import ID, KIND_IDS, NAME_IDS, WORDS
+
+# The held-out episodes `evaluate` samples (its defaults: 16 attempts a task, generator seed 1234),
+# so that a decomposition here adds up to the `kl_from_ref` of the run's evaluation.
+ATTEMPTS, EVAL_SEED = 16, 1234
+
+# ------------------------------------------------------------------ one run in numbers
+
+def run_summary(run, late_steps=10):
+    """One run's numbers: the seven columns of Section 10.7's table (the last step's training
+    entropy; held-out pass@1, pass@8, distinct action sequences per task, per-token k3 from the
+    RL base agent, reads and malformed calls per episode) and what the chapter's claims also
+    read: the first step's entropy, how many held-out tasks were never solved, and the batch
+    reward averaged over the last `late_steps` steps (one step's 64 episodes are too few to
+    compare training rewards)."""
+    history, scored = run["history"], run["eval"]
+    return {"entropy": history[-1]["entropy"], "pass@1": scored["pass@1"],
+            "pass@8": scored["pass@8"], "distinct": scored["distinct"],
+            "kl_from_start": scored["kl_from_ref"], "reads": scored["reads"],
+            "malformed": scored["malformed"], "entropy_start": history[0]["entropy"],
+            "unsolved": sum(c == 0 for c in scored["passed_per_task"]),
+            "late_reward": sum(log["reward"] for log in history[-late_steps:]) / late_steps}
+
+
+# ------------------------------------------------------------------ the first call's decision
+
+# Every well-formed first call, by what it does. A call is `<call> verb [argument] </call>`; any
+# other sequence of up to four policy tokens does not parse, so "malformed" is what remains.
+DECISIONS = ("read tests", "read log", "read src", "edit the bug", "edit the decoy",
+             "edit another", "ls", "submit", "malformed")
+_NO_ARGUMENT = ("ls", "submit", "done")
+
+
+def heldout_prompts(tasks=HELDOUT_TASKS, attempts=ATTEMPTS, seed=EVAL_SEED):
+    """The held-out episodes' starts, with the anonymous names `evaluate` draws for them (it
+    draws every episode's names first, from the same generator)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [Episode.start(task, gen) for task in tasks for _ in range(attempts)]
+
+
+def _decision(episode, verb, argument=None):
+    """What the call `<call> verb [argument] </call>` does in `episode`, as one of DECISIONS."""
+    if verb in ("read", "cat"):
+        return f"read {WORDS[argument]}"
+    if verb in ("edit", "patch"):
+        i, task = episode.names.index(argument), episode.task
+        return ("edit the bug" if i == task.bug else
+                "edit the decoy" if i == task.decoy else "edit another")
+    return "ls" if verb == "ls" else "submit"
+
+
+def _copy_rows(cache, rows):
+    """The key/value cache of the prefixes at `rows`, one copy per continuation."""
+    return [(k[rows], v[rows]) for k, v in cache]
+
+
+@torch.no_grad()
+def first_call_distribution(policy, episodes):
+    """Exact probabilities (P, len(DECISIONS)) of each decision for the first call after each
+    episode's prompt, at temperature 1. A well-formed call is `<call> verb [argument] </call>`:
+    its probability is the product of its tokens' full-softmax probabilities, computed on the
+    tree of the 19 well-formed calls (one pass over the prompt, then one token per branch, with
+    the policy's key/value cache); "malformed" is one minus their sum. Grouping calls by what they
+    do (`read` and `cat` alike, a name by its role in the task) gives the decision the reward
+    sees; its KL is a lower bound on the KL between the two policies' whole first calls."""
+    P, L = len(episodes), len(episodes[0].prompt())          # every prompt has the same length
+    cache = [(k[:, :, :L + 3], v[:, :, :L + 3]) for k, v in policy.new_cache(P)]
+    prompts = torch.tensor([e.prompt() for e in episodes])                     # (P, L)
+    opened = F.log_softmax(policy.prefill(prompts, cache), -1)[:, CALL]        # (P,)
+    verb_logp = F.log_softmax(policy.step(torch.full((P,), CALL), L, cache), -1)   # (P, V)
+    probs = torch.zeros(P, len(DECISIONS), dtype=torch.float64)
+    for verb in ("read", "cat", "edit", "patch") + _NO_ARGUMENT:
+        branch = _copy_rows(cache, torch.arange(P))
+        so_far = opened + verb_logp[:, ID[verb]]                                # (P,)
+        after_verb = F.log_softmax(policy.step(torch.full((P,), ID[verb]), L + 1, branch), -1)
+        if verb in _NO_ARGUMENT:                                  # `<call> verb </call>`
+            probs[:, DECISIONS.index(_decision(None, verb))] += (
+                so_far + after_verb[:, END_CALL]).exp()
+            continue
+        arguments = torch.tensor([[ID[f] for f in ("tests", "log", "src")]] * P
+                                 if verb in ("read", "cat") else
+                                 [list(e.names) for e in episodes])            # (P, A)
+        rows = torch.arange(P).repeat_interleave(arguments.shape[1])           # (P * A,)
+        so_far = (so_far[:, None] + after_verb.gather(1, arguments)).reshape(-1)   # (P * A,)
+        args = arguments.reshape(-1)                                           # (P * A,)
+        closed = F.log_softmax(policy.step(args, L + 2, _copy_rows(branch, rows)), -1)
+        for p, arg, value in zip(rows.tolist(), args.tolist(),
+                                 (so_far + closed[:, END_CALL]).exp().tolist()):
+            probs[p, DECISIONS.index(_decision(episodes[p], verb, arg))] += value
+    probs[:, -1] = (1.0 - probs[:, :-1].sum(1)).clamp(min=0.0)
+    return probs
+
+
+def kl_divergence(p, q):
+    """KL(p || q) of each row of two (P, K) probability tables, with 0 log 0 = 0; infinite where
+    p puts mass that q does not."""
+    return torch.special.xlogy(p, p).sum(-1) - torch.special.xlogy(p, q).sum(-1)
+
+
+def decision_kls(probs, ref_probs):
+    """The first call's decision under a policy and under the reference, given as their
+    `first_call_distribution`s on the same prompts: mean probabilities and the mean per-prompt KL
+    in both directions. Reverse KL(policy || reference) is what k3+ penalizes; forward
+    KL(reference || policy) is the one whose gradient the plain k3 loss follows (Section 10.3),
+    and it grows without bound as the policy takes probability away from a decision the
+    reference made (Section 10.5)."""
+    return {**{d: v for d, v in zip(DECISIONS, probs.mean(0).tolist())},
+            "reverse_kl": kl_divergence(probs, ref_probs).mean().item(),
+            "forward_kl": kl_divergence(ref_probs, probs).mean().item()}
+
+
+# ------------------------------------------------------------------ held-out episodes, call by call
+
+def heldout_rollout(policy, tasks=HELDOUT_TASKS, attempts=ATTEMPTS, seed=EVAL_SEED):
+    """The 160 held-out episodes `evaluate` samples from `policy` (the same draws, at T = 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    return rollout(policy, [task for task in tasks for _ in range(attempts)], gen, 1.0)
+
+
+def split_calls(tokens, mask):
+    """An episode's calls as the sampler cuts them: [(positions, call tokens)], a call ending at
+    `</call>` or after MAX_CALL_TOKENS policy tokens. `tokens` and `mask` are one row (T,)."""
+    calls, positions, call = [], [], []
+    for pos in mask.nonzero()[:, 0].tolist():
+        positions.append(pos)
+        call.append(int(tokens[pos]))
+        if call[-1] == END_CALL or len(call) == MAX_CALL_TOKENS:
+            calls.append((positions, call))
+            positions, call = [], []
+    if call:                                      # cut short by the context length
+        calls.append((positions, call))
+    return calls
+
+
+ROLES = ("verb", "argument", "other")
+
+
+def token_roles(tokens, mask):
+    """Each policy token's role (B, T) as an index into ROLES, -1 off the policy's tokens: the
+    token after a call's `<call>` is the verb, the next one (unless it closes the call) the
+    argument; `<call>`, `</call>` and the tokens of calls that do not open with `<call>` are
+    "other"."""
+    roles = torch.full(tokens.shape, -1)
+    for b in range(tokens.shape[0]):
+        for positions, call in split_calls(tokens[b], mask[b]):
+            for i, pos in enumerate(positions):
+                opened = call[0] == CALL
+                if opened and i == 1:
+                    roles[b, pos] = ROLES.index("verb")
+                elif opened and i == 2 and call[i] != END_CALL:
+                    roles[b, pos] = ROLES.index("argument")
+                else:
+                    roles[b, pos] = ROLES.index("other")
+    return roles
+
+
+def k3_decomposition(batch, reference):
+    """The per-token k3 distance of `batch`'s sampled tokens from `reference` (the quantity
+    `evaluate` reports as kl_from_ref), split by task type (the log-reading minority or the
+    majority) and by the token's role in its call. Returns {(task type, role): {"share": share of
+    the policy tokens, "per_token": mean k3 there, "contribution": that part's sum divided by all
+    policy tokens}}; the contributions add up to the total."""
+    ref_logp, _ = token_logprobs(reference, batch.tokens, batch.temperature, batch.policy_mask)
+    k3 = kl_penalty(batch.logp, ref_logp, "k3") * batch.policy_mask                 # (B, T)
+    roles = token_roles(batch.tokens, batch.policy_mask)
+    minority = torch.tensor([e.task.needs_log for e in batch.episodes])[:, None]    # (B, 1)
+    total_tokens = int(batch.policy_mask.sum())
+    parts = {}
+    for kind, rows in (("majority", ~minority), ("needs the log", minority)):
+        for r, role in enumerate(ROLES):
+            here = (roles == r) & rows
+            n = int(here.sum())
+            parts[(kind, role)] = {"share": n / total_tokens,
+                                   "per_token": k3[here].sum().item() / n if n else 0.0,
+                                   "contribution": k3[here].sum().item() / total_tokens}
+    return parts
+
+
+def call_pattern(call, episode):
+    """A call as words, with each name replaced by its role in the episode ("BUG", "DECOY",
+    "NAME" for another of its functions, "ABSENT" for a name from the pool that is not in this
+    task) and each kind word by "KIND", so that calls from different episodes can be counted
+    together."""
+    words = []
+    for tok in call:
+        if tok in episode.names:
+            i = episode.names.index(tok)
+            words.append("BUG" if i == episode.task.bug else
+                         "DECOY" if i == episode.task.decoy else "NAME")
+        elif tok in NAME_IDS:
+            words.append("ABSENT")
+        else:
+            words.append("KIND" if tok in KIND_IDS else WORDS[tok])
+    return " ".join(words)
+
+
+def malformed_calls(batch):
+    """Counter of (task type, pattern) over the batch's calls that `parse_call` rejects."""
+    counts = Counter()
+    for b, episode in enumerate(batch.episodes):
+        kind = "needs the log" if episode.task.needs_log else "majority"
+        for _, call in split_calls(batch.tokens[b], batch.policy_mask[b]):
+            if parse_call(call, episode.names) is None:
+                counts[(kind, call_pattern(call, episode))] += 1
+    return counts
