@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from tinyagent.exact import (VOCAB, estimator_moments, expected_loss_grad, expected_reward_grad,
-                             forward_kl, forward_kl_grad, logits_at_kl, rel_error, reverse_kl,
-                             reverse_kl_grad, toy_distribution, two_token_kl, two_token_kl_grad,
-                             two_token_loss_grad, two_token_reward_grad)
+                             forward_kl, forward_kl_grad, logits_at_kl, per_sample_grads,
+                             rel_error, reverse_kl, reverse_kl_grad, score_corrected,
+                             sequence_model_kl, sequence_model_kl_grad, sequence_model_loss_grad,
+                             sequence_model_reward_grad, toy_distribution, two_token_kl,
+                             two_token_kl_grad, two_token_loss_grad, two_token_reward_grad)
 from tinyagent.kl import KL_ESTIMATE_KINDS, kl_estimate, kl_penalty
 
 F64 = torch.float64
@@ -24,6 +26,12 @@ def _two_token(seed=0, vocab=4):
     g = torch.Generator().manual_seed(seed)
     draw = lambda *shape: torch.randn(*shape, generator=g, dtype=F64)  # noqa: E731
     return (draw(vocab), draw(vocab, vocab)), (draw(vocab), draw(vocab, vocab))
+
+
+def _three_token(seed=0, vocab=3):
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=F64)  # noqa: E731
+    return tuple(tuple(draw(*(vocab,) * (t + 1)) for t in range(3)) for _ in range(2))
 
 
 def _central_differences(f, x, eps=1e-6):
@@ -242,6 +250,105 @@ def test_other_loss_placements():
         assert rel_error(got, want) < 1e-12
     for got, want in zip(two_token_loss_grad(policy, ref, "k3"), exact):
         assert rel_error(got, want) > 1e-3
+
+
+# ----------------------------------------------------------------------------- Exercise 1
+
+def test_score_corrected_keeps_the_value_and_adds_the_score_term():
+    logits, ref = _pair(seed=8)
+    logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref, -1)
+    for kind in ("k1", "k2", "k3"):
+        torch.testing.assert_close(score_corrected(logp, ref_logp, kind),
+                                   kl_penalty(logp, ref_logp, kind), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_corrected_losses_follow_the_gradient_of_their_exact_mean(seed):
+    logits, ref = _pair(seed=seed, k=8, scale=1.5)
+    reverse = reverse_kl_grad(logits, ref)
+    for kind in ("k1", "k3"):          # unbiased values: the gradient of their mean is the KL's
+        assert rel_error(expected_loss_grad(logits, ref, kind, corrected=True), reverse) < 1e-12
+    # k2 is biased, so its corrected gradient is that of E[k2], not of the KL
+    mean_k2 = lambda z: estimator_moments(z, ref)["mean"]["k2"]  # noqa: E731
+    torch.testing.assert_close(expected_loss_grad(logits, ref, "k2", corrected=True),
+                               _central_differences(mean_k2, logits), rtol=0, atol=1e-8)
+    assert rel_error(expected_loss_grad(logits, ref, "k2", corrected=True), reverse) > 1e-3
+
+
+def test_per_sample_grads_average_to_the_expected_gradient_and_match_closed_forms():
+    logits, ref = _pair(seed=9, k=7, scale=1.2)
+    p = torch.softmax(logits, -1)
+    ell = torch.log_softmax(ref, -1) - torch.log_softmax(logits, -1)
+    score = torch.eye(7, dtype=F64) - p                  # row y: grad of log pi(y) in the logits
+    for kind, corrected in (("k1", False), ("k2", False), ("k3", False), ("k3+", False),
+                            ("k1", True), ("k3", True)):
+        rows = per_sample_grads(logits, ref, kind, corrected)
+        assert rows.shape == (7, 7)
+        torch.testing.assert_close(p @ rows, expected_loss_grad(logits, ref, kind, corrected),
+                                   rtol=0, atol=1e-14)
+    torch.testing.assert_close(per_sample_grads(logits, ref, "k2"), -ell[:, None] * score,
+                               rtol=0, atol=1e-14)
+    torch.testing.assert_close(per_sample_grads(logits, ref, "k1", corrected=True),
+                               (1 - ell)[:, None] * score, rtol=0, atol=1e-14)
+    # corrected k3 is k3+ sample by sample: (1 - e^l) + (e^l - 1 - l) = -l
+    torch.testing.assert_close(per_sample_grads(logits, ref, "k3", corrected=True),
+                               per_sample_grads(logits, ref, "k3+"), rtol=0, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- Exercise 4
+
+def test_sequence_model_kl_matches_a_loop_and_finite_differences():
+    policy, ref = _three_token(seed=1)
+    probs = [[torch.softmax(z, -1) for z in model] for model in (policy, ref)]
+    total = 0.0
+    for a, b, c in itertools.product(range(3), repeat=3):
+        p, q = (m[0][a] * m[1][a, b] * m[2][a, b, c] for m in probs)
+        total += (p * torch.log(p / q)).item()
+    assert sequence_model_kl(policy, ref) == pytest.approx(total, abs=1e-14)
+    grads = sequence_model_kl_grad(policy, ref)
+    for t in range(3):
+        def kl_in_table(z, t=t):
+            return sequence_model_kl(policy[:t] + (z,) + policy[t + 1:], ref)
+        torch.testing.assert_close(grads[t], _central_differences(kl_in_table, policy[t]),
+                                   rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_three_tokens_exact_placements_and_the_per_token_loss_gap(seed):
+    policy, ref = _three_token(seed=seed)
+    exact = sequence_model_kl_grad(policy, ref)
+    for grads in (sequence_model_reward_grad(policy, ref),
+                  sequence_model_loss_grad(policy, ref, "k2", future=True),
+                  sequence_model_loss_grad(policy, ref, "k3+", future=True)):
+        assert max(rel_error(g, e) for g, e in zip(grads, exact)) < 1e-12
+    per_token = sequence_model_loss_grad(policy, ref, "k2")
+    assert rel_error(per_token[2], exact[2]) < 1e-12          # the last token has no future
+    assert min(rel_error(g, e) for g, e in zip(per_token[:2], exact[:2])) > 1e-3
+    # k3's own-token gradient is the forward KL's, so the future term does not make it exact
+    k3_future = sequence_model_loss_grad(policy, ref, "k3", future=True)
+    assert min(rel_error(g, e) for g, e in zip(k3_future, exact)) > 1e-3
+
+
+def test_one_and_two_token_sequence_models_are_the_earlier_helpers():
+    logits, ref = _pair(seed=4)
+    assert sequence_model_kl((logits,), (ref,)) == pytest.approx(reverse_kl(logits, ref), abs=1e-15)
+    torch.testing.assert_close(sequence_model_reward_grad((logits,), (ref,))[0],
+                               expected_reward_grad(logits, ref), rtol=0, atol=1e-15)
+    policy, ref2 = _two_token(seed=5)
+    assert two_token_kl(policy, ref2) == sequence_model_kl(policy, ref2)
+    for got, want in zip(sequence_model_loss_grad(policy, ref2, "k3"),
+                         two_token_loss_grad(policy, ref2, "k3")):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_bad_sequence_model_inputs():
+    policy, ref = _three_token()
+    with pytest.raises(ValueError, match="share the vocabulary and the length"):
+        sequence_model_kl(policy, ref[:2])
+    with pytest.raises(ValueError, match="tuple of logit tables"):
+        sequence_model_kl((), ref)
+    with pytest.raises(ValueError, match=r"\(V, V\)"):
+        sequence_model_kl((policy[0], policy[1], policy[2][:, :, :2]), ref)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -1,14 +1,13 @@
-"""Exact enumeration for Sections 10.2-10.4: KL estimators and KL losses on distributions small
-enough to list every outcome.
+"""Exact enumeration for Sections 10.2-10.4 and the exercises: KL estimators and KL losses on
+distributions small enough to list every outcome.
 
 A sampled batch gives an estimator's mean, or a loss's direction, only up to noise. Weighting
 every outcome by its probability gives the value that ever larger batches converge to, so each
 derivation is checked to rounding error (1e-12). The estimators come from `tinyagent.kl`, the
 only part of the package this module imports; nothing here re-implements them.
 
-Logits are cast to float64. A single distribution is a 1-D tensor of K logits; the two-token
-model of Section 10.4 is a pair (first_logits (V,), second_logits (V, V)), where row y1 of
-second_logits holds the second token's logits after first token y1.
+Logits are cast to float64. A single distribution is a 1-D tensor of K logits; a model of
+T-token sequences is a tuple of T logit tables (see "sequence models" below).
 """
 import torch
 
@@ -20,8 +19,8 @@ VOCAB = 50      # outcomes of the toy distribution of Sections 10.2 and 10.3
 def toy_distribution(seed, vocab=VOCAB):
     """Reference logits and a direction to move them along, (vocab,) each, standard normal in
     float64, drawn in that order from one generator seeded `seed`. Policies ref_logits + s *
-    direction (`logits_at_kl`) then form a family indexed by one distance. Defined in Section 10.2.
-    """
+    direction (`logits_at_kl`) then form a family indexed by one distance.
+    Defined in Section 10.2."""
     gen = torch.Generator().manual_seed(seed)
     ref_logits = torch.randn(vocab, generator=gen, dtype=torch.float64)
     direction = torch.randn(vocab, generator=gen, dtype=torch.float64)
@@ -60,18 +59,29 @@ def _check_pair(logits, ref_logits):
 
 
 def _grad(objective, *leaves):
-    """Gradient of the scalar objective(*leaves) with respect to fresh copies of the leaves."""
+    """Gradients (a tuple) of the scalar objective(*leaves) with respect to fresh copies of them."""
     leaves = [x.clone().requires_grad_(True) for x in leaves]
-    grads = torch.autograd.grad(objective(*leaves), leaves)
-    return grads[0] if len(grads) == 1 else grads
+    return torch.autograd.grad(objective(*leaves), leaves)
+
+
+def _token_logps(tables):
+    """log pi(y_t | y_<t) for each t, shaped to broadcast over the (V,) * T sequences of a model
+    of T-token sequences (a tuple of logit tables, see "sequence models"; T = 1: one token)."""
+    return [torch.log_softmax(z, -1).reshape(z.shape + (1,) * (len(tables) - 1 - t))
+            for t, z in enumerate(tables)]
+
+
+def _table_kl(tables, ref_tables):
+    """Sum over all sequences of pi(y) log(pi(y) / pi_ref(y)), differentiable in `tables`."""
+    seq_logp, seq_ref = sum(_token_logps(tables)), sum(_token_logps(ref_tables))
+    return (seq_logp.exp() * (seq_logp - seq_ref)).sum()
 
 
 # ----------------------------------------------------------------------------- one distribution
 
 def _kl(logits_a, logits_b):
     """KL(softmax(logits_a) || softmax(logits_b)), differentiable in both."""
-    log_a, log_b = torch.log_softmax(logits_a, -1), torch.log_softmax(logits_b, -1)
-    return (log_a.exp() * (log_a - log_b)).sum()
+    return _table_kl((logits_a,), (logits_b,))
 
 
 def reverse_kl(logits, ref_logits):
@@ -91,8 +101,7 @@ def estimator_moments(logits, ref_logits):
     """Exact mean and per-sample standard deviation of k1, k2 and k3 under y ~ pi, over all K
     outcomes: the mean says whether an estimator is biased, the spread how many tokens it takes to
     average it. Returns {"true_kl": float, "mean": {kind: float}, "std": {kind: float}}.
-    Defined in Section 10.2.
-    """
+    Defined in Section 10.2."""
     logits, ref_logits = _check_pair(logits, ref_logits)
     logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
     p = logp.exp()
@@ -105,30 +114,54 @@ def estimator_moments(logits, ref_logits):
     return stats
 
 
+def _expected(tables, ref_tables, per_sequence):
+    """Gradients in every table of sum over sequences of sg(pi(y)) * per_sequence(logps, refs, k1s),
+    per-token lists (k1 detached): what a batch average of the per-sequence term follows, since
+    sampling is not differentiated. One token is the case T = 1."""
+    refs = _token_logps(ref_tables)
+
+    def objective(*zs):
+        logps = _token_logps(zs)
+        k1 = [kl_penalty(lp, rp, "k1").detach() for lp, rp in zip(logps, refs)]
+        return (sum(logps).exp().detach() * per_sequence(logps, refs, k1)).sum()
+
+    return _grad(objective, *tables)
+
+
 def _expected_grad(logits, ref_logits, per_outcome):
-    """Gradient in the logits of sum_y sg(pi(y)) * per_outcome(log pi, log pi_ref)[y]: what a
-    batch average of the per-outcome term follows, since sampling is not differentiated."""
+    """Gradient in the logits of sum_y sg(pi(y)) * per_outcome(log pi, log pi_ref, k1)[y]."""
     logits, ref_logits = _check_pair(logits, ref_logits)
-    ref_logp = torch.log_softmax(ref_logits, -1)
-
-    def objective(z):
-        logp = torch.log_softmax(z, -1)
-        weight = logp.exp().detach()                                  # sampling, not differentiated
-        return (weight * per_outcome(logp, ref_logp)).sum()
-
-    return _grad(objective, logits)
+    (grad,) = _expected((logits,), (ref_logits,), lambda lp, rp, k: per_outcome(lp[0], rp[0], k[0]))
+    return grad
 
 
-def expected_loss_grad(logits, ref_logits, kind):
+def score_corrected(logp, ref_logp, kind):
+    """`kind`'s per-token estimate (k1, k2 or k3) with the score-function term autograd leaves out:
+    the value of k, the gradient of k + sg(k) log pi. Defined in Exercise 1."""
+    k = kl_penalty(logp, ref_logp, kind)
+    return k + k.detach() * (logp - logp.detach())
+
+
+def expected_loss_grad(logits, ref_logits, kind, corrected=False):
     """The exact expected gradient, with respect to the logits, of a `kl_estimate` loss.
 
     Autograd sees the estimator at tokens already drawn and never differentiates the drawing, so
     on average a trainer follows sum_y pi(y) grad k(y) with pi(y) a constant: here each outcome's
-    weight is its detached probability. `kind`: any of `kl_estimate`'s, '+' ones included.
-    Defined in Section 10.3.
-    """
-    return _expected_grad(logits, ref_logits,
-                          lambda logp, ref_logp: kl_estimate(logp, ref_logp, kind))
+    weight is its detached probability. `kind`: any of `kl_estimate`'s, '+' ones included;
+    `corrected=True` uses `score_corrected` instead (k1, k2, k3). Defined in Section 10.3."""
+    term = score_corrected if corrected else kl_estimate
+    return _expected_grad(logits, ref_logits, lambda logp, ref_logp, _: term(logp, ref_logp, kind))
+
+
+def per_sample_grads(logits, ref_logits, kind, corrected=False):
+    """(K, K): row y is the gradient in the logits of the loss term at outcome y alone, the
+    per-sample gradient a batch averages (pi-weighted: `expected_loss_grad`).
+    Defined in Exercise 1."""
+    logits, ref_logits = _check_pair(logits, ref_logits)
+    ref_logp = torch.log_softmax(ref_logits, -1)
+    term = score_corrected if corrected else kl_estimate
+    return torch.autograd.functional.jacobian(
+        lambda z: term(torch.log_softmax(z, -1), ref_logp, kind), logits)
 
 
 def expected_reward_grad(logits, ref_logits):
@@ -136,33 +169,29 @@ def expected_reward_grad(logits, ref_logits):
 
     The penalty is a constant that scales grad log pi(y); descending sum_y pi(y) log pi(y) sg(k1)
     lowers the KL. For a single token this is the reverse-KL gradient, the same as the k2 loss's.
-    Defined in Section 10.4.
-    """
-    return _expected_grad(logits, ref_logits,
-                          lambda logp, ref_logp: logp * kl_penalty(logp, ref_logp, "k1").detach())
+    Defined in Section 10.4."""
+    return _expected_grad(logits, ref_logits, lambda logp, _, k1: logp * k1)
 
 
 def reverse_kl_grad(logits, ref_logits):
     """Autograd's gradient of the exact KL(pi || pi_ref) in the logits: the direction a "KL
     penalty to the reference" is meant to push along. Defined in Section 10.3."""
     logits, ref_logits = _check_pair(logits, ref_logits)
-    return _grad(lambda z: _kl(z, ref_logits), logits)
+    return _grad(lambda z: _kl(z, ref_logits), logits)[0]
 
 
 def forward_kl_grad(logits, ref_logits):
     """Autograd's gradient of the exact KL(pi_ref || pi) in the logits. Defined in Section 10.3."""
     logits, ref_logits = _check_pair(logits, ref_logits)
-    return _grad(lambda z: _kl(ref_logits, z), logits)
+    return _grad(lambda z: _kl(ref_logits, z), logits)[0]
 
 
 def rel_error(g, target):
     """||g - target|| / ||target|| over all entries: 0 is exact, 1 is as wrong as a zero vector.
     Defined in Section 10.3."""
     for name, x in (("g", g), ("target", target)):
-        if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if torch.isnan(x).any():
-            raise ValueError(f"{name} must not contain NaN")
+        if not isinstance(x, torch.Tensor) or torch.isnan(x).any():
+            raise ValueError(f"{name} must be a torch.Tensor without NaN, got {x!r}")
     if g.shape != target.shape:
         raise ValueError(f"g and target must have the same shape, got {tuple(g.shape)} and "
                          f"{tuple(target.shape)}")
@@ -177,8 +206,7 @@ def logits_at_kl(ref_logits, direction, target_kl, iterations=200):
 
     Along the ray the KL only grows (its derivative in s is s * Var_pi(direction)) and levels
     off at -log pi_ref(argmax direction), so bisection finds s. Returns (logits, s).
-    Defined in Section 10.2.
-    """
+    Defined in Section 10.2."""
     ref_logits, direction = _check_pair(ref_logits, direction)
     if not isinstance(target_kl, (int, float)) or not target_kl > 0:
         raise ValueError(f"target_kl must be a positive number, got {target_kl!r}")
@@ -203,93 +231,67 @@ def logits_at_kl(ref_logits, direction, target_kl, iterations=200):
     return ref_logits + s * direction, s
 
 
-# ----------------------------------------------------------------------------- two-token model
+# ----------------------------------------------------------------------------- sequence models
+# A model of T-token sequences is a tuple of T logit tables: table t (from 0), of shape
+# (V,) * (t + 1), holds token t + 1's logits after each prefix y_1..y_t. T = 2 is Section 10.4's
+# two-token model (first_logits (V,), second_logits (V, V) with row y1).
 
-def _check_two_token(policy, ref):
-    """Each model is (first_logits (V,), second_logits (V, V)); both models share V."""
+def _check_tables(policy, ref):
+    """Both models: equally long tuples of logit tables over one vocabulary V >= 2."""
     checked = []
     for name, model in (("policy", policy), ("ref", ref)):
-        if not isinstance(model, (tuple, list)) or len(model) != 2:
-            raise ValueError(f"{name} must be a pair (first_logits of shape (V,), second_logits "
-                             f"of shape (V, V)), got {type(model).__name__}")
-        first = _as_logits(f"{name}[0] (first-token logits)", model[0], "(V,)", 1)
-        second = _as_logits(f"{name}[1] (second-token logits)", model[1], "(V, V)", 2)
-        vocab = first.numel()
-        if vocab < 2 or second.shape != (vocab, vocab):
-            raise ValueError(f"{name}: first-token logits of shape (V,) with V >= 2 need "
-                             f"second-token logits of shape (V, V); got {tuple(first.shape)} "
-                             f"and {tuple(second.shape)}")
-        checked.append((first, second))
-    if checked[0][0].shape != checked[1][0].shape:
-        raise ValueError(f"policy and ref must share the vocabulary, got V="
-                         f"{checked[0][0].numel()} and V={checked[1][0].numel()}")
-    return checked[0] + checked[1]
+        if not isinstance(model, (tuple, list)) or not model:
+            raise ValueError(f"{name} must be a tuple of logit tables, for two tokens a pair "
+                             f"(first (V,), second (V, V)); got {type(model).__name__}")
+        tables = [_as_logits(f"{name}[{t}]", z, f"(V,) * {t + 1}", t + 1)
+                  for t, z in enumerate(model)]
+        if tables[0].numel() < 2 or any(z.shape != tables[0].shape * z.dim() for z in tables):
+            raise ValueError(f"{name}: the tables need shapes (V,), (V, V), ... with V >= 2, got "
+                             f"{[tuple(z.shape) for z in tables]}")
+        checked.append(tables)
+    shapes = [[tuple(z.shape) for z in tables] for tables in checked]
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"policy and ref must share the vocabulary and the length, got tables "
+                         f"{shapes[0]} and {shapes[1]}")
+    return checked
 
 
-def _two_token_logps(first, second):
-    """log pi(y1) of shape (V,) and log pi(y2 | y1) of shape (V, V), row y1."""
-    return torch.log_softmax(first, -1), torch.log_softmax(second, -1)
+def sequence_model_kl(policy, ref):
+    """The exact sequence KL(pi || pi_ref) of two T-token models.
+    Defined in Section 10.4 (`two_token_kl`), for any T in Exercise 4."""
+    return _table_kl(*_check_tables(policy, ref)).item()
 
 
-def _two_token_kl(first, second, ref_first, ref_second):
-    """Sum over all (y1, y2) of pi(y1, y2) log(pi(y1, y2) / pi_ref(y1, y2)), differentiable."""
-    logp1, logp2 = _two_token_logps(first, second)
-    ref1, ref2 = _two_token_logps(ref_first, ref_second)
-    seq_logp, seq_ref = logp1[:, None] + logp2, ref1[:, None] + ref2  # (V, V) log pi(y1, y2)
-    return (seq_logp.exp() * (seq_logp - seq_ref)).sum()
+def sequence_model_kl_grad(policy, ref):
+    """Gradient of the exact sequence KL, one tensor per table. A token's part holds both effects
+    of its choice: on its own KL, and on which later KLs the sequence goes on to pay.
+    Defined in Section 10.4 (`two_token_kl_grad`), for any T in Exercise 4."""
+    tables, ref_tables = _check_tables(policy, ref)
+    return _grad(lambda *zs: _table_kl(zs, ref_tables), *tables)
 
 
-def two_token_kl(policy, ref):
-    """The exact sequence KL(pi || pi_ref) of the two-token model. Defined in Section 10.4."""
-    return _two_token_kl(*_check_two_token(policy, ref)).item()
+def sequence_model_loss_grad(policy, ref, kind, future=False):
+    """Exact expected gradient of the per-token loss placement with estimator `kind`: each
+    sequence adds `kl_estimate` at every token, which differentiates only that token's log-prob.
+    `future=True` adds, per token, a REINFORCE term: its log-prob times the detached k1 of the
+    tokens after it; with kind k2 (or k3+) the sum is the exact sequence-KL gradient. One tensor
+    per table. Defined in Section 10.4 (`two_token_loss_grad`); `future` in Exercise 4."""
+    def per_token(logps, refs, k1):
+        loss = sum(kl_estimate(lp, rp, kind) for lp, rp in zip(logps, refs))
+        return loss + (sum(lp * sum(k1[t + 1:]) for t, lp in enumerate(logps)) if future else 0)
+
+    return _expected(*_check_tables(policy, ref), per_token)
 
 
-def two_token_kl_grad(policy, ref):
-    """Gradient of the exact sequence KL: (d/d first_logits (V,), d/d second_logits (V, V)). Its
-    first-token part holds both effects of y1: on its own KL, and on which second-token KL the
-    sequence goes on to pay. Defined in Section 10.4."""
-    first, second, ref_first, ref_second = _check_two_token(policy, ref)
-    return _grad(lambda z1, z2: _two_token_kl(z1, z2, ref_first, ref_second), first, second)
+def sequence_model_reward_grad(policy, ref):
+    """Exact expected gradient of the reward placement (k1 in the reward, REINFORCE): each token's
+    score scaled by the detached k1 from that token on, its own included, so a token answers for
+    the divergence of the tokens it leads to. Descending it lowers the sequence KL. One tensor per
+    table. Defined in Section 10.4 (`two_token_reward_grad`), for any T in Exercise 4."""
+    return _expected(*_check_tables(policy, ref),
+                     lambda logps, refs, k1: sum(lp * sum(k1[t:]) for t, lp in enumerate(logps)))
 
 
-def _expected_two_token_grad(policy, ref, per_sequence):
-    """Gradients in both logit tables of sum over (y1, y2) of sg(pi(y1, y2)) times the (V, V)
-    term per_sequence(logp1, logp2, ref1, ref2): as for one token, the sampling is detached."""
-    first, second, ref_first, ref_second = _check_two_token(policy, ref)
-    ref1, ref2 = _two_token_logps(ref_first, ref_second)
-
-    def objective(z1, z2):
-        logp1, logp2 = _two_token_logps(z1, z2)
-        weight = (logp1[:, None] + logp2).exp().detach()             # (V, V) pi(y1, y2)
-        return (weight * per_sequence(logp1, logp2, ref1, ref2)).sum()
-
-    return _grad(objective, first, second)
-
-
-def two_token_loss_grad(policy, ref, kind):
-    """Exact expected gradient of the per-token loss placement with estimator `kind`.
-
-    Every sequence adds `kl_estimate` at its first and at its second token, each term
-    differentiating only its own token's log-prob.
-    Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
-    """
-    def both_tokens(logp1, logp2, ref1, ref2):
-        return kl_estimate(logp1, ref1, kind)[:, None] + kl_estimate(logp2, ref2, kind)
-
-    return _expected_two_token_grad(policy, ref, both_tokens)
-
-
-def two_token_reward_grad(policy, ref):
-    """Exact expected gradient of the reward placement (k1 in the reward, REINFORCE).
-
-    The score of a token, grad log pi, is scaled by a constant: the k1 still to come from that
-    token on (both tokens' k1 for y1, the second's alone for y2). So y1 answers for the
-    divergence of the second token it leads to. Descending this surrogate lowers the KL.
-    Returns (grad for first_logits, grad for second_logits). Defined in Section 10.4.
-    """
-    def k1_to_go(logp1, logp2, ref1, ref2):
-        k1_first = kl_penalty(logp1, ref1, "k1").detach()[:, None]    # (V, 1)
-        k1_second = kl_penalty(logp2, ref2, "k1").detach()           # (V, V)
-        return logp1[:, None] * (k1_first + k1_second) + logp2 * k1_second
-
-    return _expected_two_token_grad(policy, ref, k1_to_go)
+# Section 10.4's names, for a pair (first_logits (V,), second_logits (V, V)).
+two_token_kl, two_token_kl_grad = sequence_model_kl, sequence_model_kl_grad
+two_token_loss_grad, two_token_reward_grad = sequence_model_loss_grad, sequence_model_reward_grad
