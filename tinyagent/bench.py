@@ -1,16 +1,27 @@
-"""`make bench`: how fast TinyAgent trains and samples on this machine (a benchmark, not a test).
+"""`make bench`: how fast TinyAgent trains on this machine (a benchmark, not a test).
 
 Times a 40-step run of Chapter 9's default configuration from the RL base agent plus one
-held-out evaluation (10 tasks x 16 attempts), splits a step into sampling and update, and
-compares the token rate with this machine's own float64 matrix-multiply rate.
+held-out evaluation (10 tasks x 16 attempts) at one torch thread and at two, splits a step into
+sampling and update, times two such runs side by side in two worker processes (how the notebooks
+compute their runs), and compares the model's arithmetic rate with this machine's own float64
+matrix-multiply rate.
 """
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from multiprocessing import get_context
 
 import torch
 
 from .evaluate import evaluate
 from .grpo import RLConfig, compute_advantages, frozen_copy, rl_update, sample_step
 from .policy import load_rl_base
+from .vocab import PAD
+
+STEPS = 40
+# Multiply-adds per parameter per token: sampling (2), the pi_old and reference forwards (2 + 2),
+# the update's forward and backward (6). Attention's own arithmetic is left out (it is small).
+FLOPS_PER_PARAM_TOKEN = 2 + 2 + 2 + 6
 
 
 def matmul_gflops(n=512, repeats=20):
@@ -24,14 +35,16 @@ def matmul_gflops(n=512, repeats=20):
     return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def main(steps=40):
+def timed_run(threads, seed=0, steps=STEPS):
+    """One run + held-out evaluation at `threads` torch threads: wall-clock seconds in total,
+    sampling, update and evaluation, and the episode tokens (not padding) it processed."""
+    torch.set_num_threads(threads)
     policy = load_rl_base()
     reference = frozen_copy(policy)
-    cfg = RLConfig()
+    cfg = replace(RLConfig(), seed=seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
-    sampling = updating = 0.0
-    tokens = 0
+    out = {"sampling": 0.0, "update": 0.0, "tokens": 0}
     start = time.perf_counter()
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -39,27 +52,45 @@ def main(steps=40):
         t1 = time.perf_counter()
         advantages, _ = compute_advantages(batch.rewards, cfg.group_size)
         rl_update(policy, reference, optimizer, batch, advantages, cfg, gen)
-        t2 = time.perf_counter()
-        sampling, updating = sampling + t1 - t0, updating + t2 - t1
-        tokens += batch.tokens.numel()
+        out["sampling"] += t1 - t0
+        out["update"] += time.perf_counter() - t1
+        out["tokens"] += int((batch.tokens != PAD).sum())
     t_eval = time.perf_counter()
     evaluate(policy, reference=reference)
-    t_end = time.perf_counter()
-    total = t_end - start
-    n_params = policy.num_params()
-    # forward + backward of the update (~6 flops/param/token) plus the pi_old, reference and
-    # sampling forwards (~2 each)
-    flops = tokens * n_params * (6 + 2 + 2 + 2)
-    gemm = matmul_gflops()
-    print(f"threads                      {torch.get_num_threads()}")
-    print(f"40 steps + held-out eval     {total:6.1f} s   (target <= 30 s, aim 15 s)")
-    print(f"  per step: sampling         {sampling / steps:6.3f} s")
-    print(f"  per step: update           {updating / steps:6.3f} s")
-    print(f"  held-out evaluation        {t_end - t_eval:6.2f} s   (160 episodes)")
-    print(f"token positions per second    {tokens / (sampling + updating):8.0f}   (sampled, fed and padded)")
-    print(f"achieved model GFLOP/s       {flops / (sampling + updating) / 1e9:6.2f}")
-    print(f"float64 GEMM GFLOP/s here    {gemm:6.2f}   (model runs at "
-          f"{100 * flops / (sampling + updating) / 1e9 / gemm:.0f}% of it)")
+    out["evaluation"] = time.perf_counter() - t_eval
+    out["total"] = time.perf_counter() - start
+    return out
+
+
+def _one_thread_run(seed):
+    return timed_run(threads=1, seed=seed)
+
+
+def side_by_side(seeds=(0, 1)):
+    """Wall-clock seconds for one run per seed, each in its own worker process at one thread."""
+    start = time.perf_counter()
+    with ProcessPoolExecutor(len(seeds), mp_context=get_context("spawn")) as pool:
+        list(pool.map(_one_thread_run, seeds))
+    return time.perf_counter() - start
+
+
+def main():
+    n_params = load_rl_base().num_params()
+    gemm = {}
+    print(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
+    for threads in (1, 2):
+        r = timed_run(threads)
+        torch.set_num_threads(threads)
+        gemm[threads] = matmul_gflops()
+        model = r["tokens"] * n_params * FLOPS_PER_PARAM_TOKEN / (r["sampling"] + r["update"]) / 1e9
+        print(f"  {threads} thread{'s' if threads > 1 else ' '}  total {r['total']:5.1f} s | per step: "
+              f"sampling {r['sampling'] / STEPS:.3f} s, update {r['update'] / STEPS:.3f} s | "
+              f"evaluation {r['evaluation']:.2f} s")
+        print(f"             model {model:5.1f} GFLOP/s against a float64 GEMM of {gemm[threads]:5.1f} "
+              f"GFLOP/s ({model / gemm[threads]:.0%}; {r['tokens'] / STEPS:.0f} episode tokens a step)")
+    both = side_by_side()
+    print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
+          f"{both / 2:5.1f} s a run")
 
 
 if __name__ == "__main__":
