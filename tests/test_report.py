@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tinyagent.report import (Claim, book_vs_ours, category, over_seeds, paired_differences,
+from tinyagent.report import (Claim, book_vs_ours, category, logged_series, over_seeds,
+                              paired_differences,
                               quantiles_over_seeds, score_claims)
 
 
@@ -101,3 +102,9 @@ def test_score_claims_counts_seeds_and_applies_the_rule():
     assert table.loc["down", "holds in"] == 1 and table.loc["down", "category"] == "does not hold"
     assert table.loc["up", "ours, seed 0"] == 2.0 and table.loc["up", "median"] == 1.5
     assert (table.loc["up", "min"], table.loc["up", "max"]) == (0.5, 3.0)
+
+
+def test_logged_series_stacks_one_row_per_seed():
+    runs = [{"history": [{"kl": 0.1 * s + step} for step in range(3)]} for s in range(2)]
+    series = logged_series(runs, "kl")
+    assert series.shape == (2, 3) and series[1, 2] == pytest.approx(2.1)

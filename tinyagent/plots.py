@@ -31,6 +31,17 @@ def rounded(values, decimals=6):
     return np.round(np.asarray(values, dtype=np.float64), decimals) + 0.0
 
 
+def median_band(ax, curves, style):
+    """A setting's runs over seeds, `curves` (seeds, steps): the median as a line and, for more
+    than one seed, the band from the lowest to the highest, in the line's colour."""
+    curves = np.asarray(curves, dtype=np.float64)
+    steps = np.arange(curves.shape[1])
+    if len(curves) > 1:
+        ax.fill_between(steps, rounded(curves.min(0)), rounded(curves.max(0)),
+                        color=style["color"], alpha=0.15, lw=0)
+    ax.plot(steps, rounded(np.median(curves, axis=0)), **style)
+
+
 def save_figure(fig, name, directory=FIGURES):
     """Save `fig` as `name`.png and `name`.pdf with no timestamps, so rebuilds give the same
     bytes (for the PDF, on another machine too, when the plotted data are `rounded`)."""

@@ -69,6 +69,11 @@ def quantiles_over_seeds(per_seed, book, digits):
     return table.round(digits) + 0.0
 
 
+def logged_series(runs, key):
+    """One logged quantity of a setting's runs, one run per seed: an array (seeds, steps)."""
+    return np.array([[log[key] for log in run["history"]] for run in runs], dtype=float)
+
+
 def paired_differences(a, b):
     """Seed-by-seed differences a - b of two settings run on the same seeds: the differences, their
     mean and range, and at how many seeds a exceeds b."""
