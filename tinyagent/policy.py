@@ -119,11 +119,12 @@ class Policy(nn.Module):
 
     def new_cache(self, batch_size):
         """Preallocated keys and values for incremental decoding: per layer (k, v),
-        each (B, nh, block_size, hs), in the parameters' precision."""
+        each (B, nh, block_size, hs), in the parameters' precision. Left uninitialized:
+        attention reads only the positions already written."""
         c = self.cfg
         shape = (batch_size, c.n_head, c.block_size, c.n_embd // c.n_head)
         dtype = self.head.weight.dtype
-        return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype))
+        return [(torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
                 for _ in range(c.n_layer)]
 
     def prefill(self, idx, cache):

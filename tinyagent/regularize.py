@@ -65,7 +65,7 @@ class RegularizedConfig(RLConfig):
 
 def first_choices(mask):
     """The policy positions (B, T) that open a decision after the prompt or an observation: the
-    second policy token of each call that follows a non-policy token."""
+    second policy token of each call that follows a non-policy token. Defined in Exercise 6."""
     chosen = torch.zeros_like(mask)
     chosen[:, 2:] = mask[:, 2:] & mask[:, 1:-1] & ~mask[:, :-2]
     return chosen
