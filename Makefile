@@ -46,8 +46,10 @@ lab: $(STAMP)
 chapter9: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.chapter9
 
+# Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
+# (SFT sets its own thread count); python -m tinyagent.pretrain --replace overwrites it.
 pretrain: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.pretrain
+	$(BIN)/python -m tinyagent.pretrain
 
 clean:
 	rm -rf $(VENV) .pytest_cache .cache

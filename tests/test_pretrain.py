@@ -1,10 +1,37 @@
+import os
+import subprocess
+import sys
+
+import pytest
 import torch
 
-from tinyagent.gym import TRAIN_TASKS, Episode
-from tinyagent.policy import Policy
-from tinyagent.policy import load_rl_base
-from tinyagent.pretrain import CHECKPOINT, DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft
+from tinyagent.evaluate import evaluate
+from tinyagent.grpo import policy_entropy
+from tinyagent.gym import HELDOUT_TASKS, TRAIN_TASKS
+from tinyagent import pretrain
+from tinyagent.policy import Policy, load_rl_base
+from tinyagent.pretrain import (CHECKPOINT, SCRATCH, DemoConfig, SFTConfig, compare, demonstrate,
+                                held_out_behaviour, main, make_demonstrations, sft, torch_threads)
+from tinyagent.sampler import rollout, token_logprobs
 from tinyagent.vocab import ID
+
+# A short SFT in a fresh process, N times in a row; prints each checkpoint's SHA-256.
+SHORT_SFT = """
+import sys
+from tinyagent.policy import save_policy
+from tinyagent.pretrain import DemoConfig, SFTConfig, build_rl_base
+for _ in range(int(sys.argv[2])):
+    policy = build_rl_base(DemoConfig(n_demos=64), SFTConfig(steps=30, batch_size=16))
+    print(save_policy(policy, sys.argv[1]))
+"""
+
+
+def short_sft_digests(omp_threads, runs, path):
+    # passive waiting keeps two threads fast on cores shared with other pytest workers
+    env = {**os.environ, "OMP_NUM_THREADS": str(omp_threads), "OMP_WAIT_POLICY": "PASSIVE"}
+    done = subprocess.run([sys.executable, "-c", SHORT_SFT, str(path), str(runs)], env=env,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.split()
 
 
 def test_demonstrations_are_valid_episodes_and_deterministic():
@@ -33,11 +60,70 @@ def test_a_few_sft_steps_are_deterministic_and_lower_the_loss():
     runs = []
     for _ in range(2):
         policy = Policy(seed=0)
-        losses = sft(policy, tokens, mask, SFTConfig(steps=5, batch_size=16))
+        losses = sft(policy, tokens, mask, SFTConfig(steps=5, batch_size=16, threads=1))
         runs.append((losses, torch.cat([p.flatten() for p in policy.parameters()])))
     assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
     assert runs[0][0][-1] < runs[0][0][0]
     assert policy.head.weight.dtype == torch.float64
+
+
+def test_short_sft_gives_the_same_bytes_twice_and_under_one_or_two_threads(tmp_path):
+    one = short_sft_digests(1, runs=2, path=tmp_path / "one.pt")
+    two = short_sft_digests(2, runs=1, path=tmp_path / "two.pt")
+    assert one[0] == one[1] == two[0]
+
+
+def test_sft_gives_the_caller_back_its_thread_count():
+    before = torch.get_num_threads()
+    with torch_threads(3):
+        assert torch.get_num_threads() == 3
+        tokens, mask = make_demonstrations(DemoConfig(n_demos=16))
+        sft(Policy(seed=0), tokens, mask, SFTConfig(steps=1, batch_size=4, threads=1))
+        assert torch.get_num_threads() == 3
+    assert torch.get_num_threads() == before
+
+
+def test_held_out_behaviour_measures_what_evaluate_and_policy_entropy_measure():
+    policy = load_rl_base()
+    ours = held_out_behaviour(policy, attempts=4)
+    theirs = evaluate(policy, n=4, ks=(1,))
+    for name in ("pass@1", "reads", "malformed"):
+        assert ours[name][0] == pytest.approx(theirs[name])
+    batch = rollout(policy, [t for t in HELDOUT_TASKS for _ in range(4)],
+                    torch.Generator().manual_seed(1234))
+    _, logprobs = token_logprobs(policy, batch.tokens)
+    assert ours["entropy"][0] == pytest.approx(policy_entropy(logprobs, batch.policy_mask).item())
+    assert all(se > 0 for _, se in ours.values())
+
+
+def test_compare_calls_an_agent_equivalent_to_itself_and_not_to_an_untrained_one():
+    shipped = load_rl_base()
+    assert compare(shipped, shipped, attempts=4)
+    assert not compare(Policy(seed=0), shipped, attempts=4)
+
+
+def test_main_writes_beside_the_shipped_checkpoint_and_compares(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pretrain, "build_rl_base", lambda progress: load_rl_base())   # no SFT
+    shipped = CHECKPOINT.read_bytes()
+    main(["--out", str(tmp_path / "rl_base.pt"), "--attempts", "2"])
+    printed = capsys.readouterr().out
+    assert "bytes: equal" in printed and "verdict: equivalent" in printed
+    assert CHECKPOINT.read_bytes() == shipped and (tmp_path / "rl_base.sha256").exists()
+    assert SCRATCH != CHECKPOINT
+
+
+@pytest.mark.parametrize("argv", [["--out", "{tmp}"], ["--out", "{tmp}/rl_base.sha256"],
+                                  ["--replace", "--out", "{tmp}/rl_base.pt"], ["--attempts", "1"]])
+def test_bad_arguments_stop_before_any_training(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main([a.format(tmp=tmp_path) for a in argv])
+    assert stopped.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+def test_help_runs_without_a_runtime_warning():
+    done = subprocess.run([sys.executable, "-W", "error", "-m", "tinyagent.pretrain", "--help"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == ""
 
 
 def test_shipped_checkpoint_loads_with_its_checksum():

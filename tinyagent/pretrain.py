@@ -1,6 +1,13 @@
 """Rebuild the RL base agent from nothing: scripted demonstrations, then supervised fine-tuning.
 
-    python -m tinyagent.pretrain      # writes tinyagent/checkpoints/rl_base.pt and its .sha256
+    python -m tinyagent.pretrain             # rebuild into .cache/pretrain/ and compare
+    python -m tinyagent.pretrain --replace   # the same, then overwrite the shipped checkpoint
+
+SFT amplifies rounding differences over its 3,500 Adam steps, so equal bytes are a promise only
+for one machine: SFT runs on a fixed number of torch threads (the shipped build's 2), so that
+OMP_NUM_THREADS cannot change the bytes, but another CPU or torch build gives other weights.
+What must carry over is the agent's behaviour, so every rebuild is compared with the shipped agent
+on the held-out tasks, and the verdict says whether they differ by more than sampling error.
 
 The demonstrator is deliberately mediocre, because RL must have something to discover: it
 reads in about a fifth of episodes, not always the right file, and after reading a name it
@@ -10,16 +17,22 @@ agent's entropy, and RL collapses them. A little of it is in choices that do not
 optional `ls`, a rarer synonym for each verb), which RL barely touches in 40 steps.
 """
 import argparse
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .gym import N_FUNCTIONS, TRAIN_TASKS, Episode
+from .gym import HELDOUT_TASKS, N_FUNCTIONS, TRAIN_TASKS, Episode
 from .policy import RL_BASE_CHECKPOINT as CHECKPOINT, Policy, load_policy, save_policy
+from .sampler import rollout, token_logprobs
 from .vocab import ID, PAD, WORDS, encode
 
+SCRATCH = CHECKPOINT.parents[2] / ".cache" / "pretrain" / "rl_base.pt"   # beside the run cache
+ATTEMPTS = 64      # per held-out task: 640 episodes, four times the notebooks' evaluations
+TOLERANCE = 3.0    # equivalent when every metric differs by at most 3 combined standard errors
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class SFTConfig:
     batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0             # SFT runs in float32 (2x faster); the result is cast to float64
+    threads: int = 2          # float32 sums split by thread: the shipped agent was built with 2
 
 
 READ, EDIT, SUBMIT = ("read", "cat"), ("edit", "patch"), ("submit", "done")   # (usual, other)
@@ -115,27 +129,40 @@ def sft_loss(policy, tokens, mask):
     return (nll * target_mask).sum() / target_mask.sum()
 
 
+@contextmanager
+def torch_threads(n):
+    """Run the body on `n` torch threads, then give the caller back its own count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
-    """Adam with a cosine learning rate on random minibatches of demonstrations, in float32;
-    the policy is returned to float64 for RL."""
+    """Adam with a cosine learning rate on random minibatches of demonstrations, in float32 on
+    `cfg.threads` threads (so the bytes do not depend on OMP_NUM_THREADS); the policy is
+    returned to float64 for RL."""
     gen = torch.Generator().manual_seed(cfg.seed)
     policy.float()
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / cfg.steps)).item()))
     losses = []
-    for step in range(cfg.steps):
-        idx = torch.randint(tokens.shape[0], (cfg.batch_size,), generator=gen)
-        batch_tokens, batch_mask = tokens[idx], mask[idx]
-        T = int(batch_mask.any(0).nonzero().max()) + 1                   # trim trailing padding
-        loss = sft_loss(policy, batch_tokens[:, :T], batch_mask[:, :T])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        if progress and step % 100 == 0:
-            print(f"sft step {step:5d}  loss {loss.item():.4f}", flush=True)
+    with torch_threads(cfg.threads):
+        for step in range(cfg.steps):
+            idx = torch.randint(tokens.shape[0], (cfg.batch_size,), generator=gen)
+            batch_tokens, batch_mask = tokens[idx], mask[idx]
+            T = int(batch_mask.any(0).nonzero().max()) + 1               # trim trailing padding
+            loss = sft_loss(policy, batch_tokens[:, :T], batch_mask[:, :T])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if progress and step % 100 == 0:
+                print(f"sft step {step:5d}  loss {loss.item():.4f}", flush=True)
     policy.double()
     return losses
 
@@ -148,14 +175,99 @@ def build_rl_base(demo_cfg=DemoConfig(), sft_cfg=SFTConfig(), progress=False):
     return policy
 
 
-def main():
+def ratio_estimate(num, den, groups):
+    """sum(num) / sum(den) over episodes and its standard error. The tasks are fixed and only
+    the attempts at each vary, so the error uses the variance within each of `groups` equal
+    blocks of episodes; each episode enters through its residual (num - value * den) / mean(den)
+    (the delta method), which for den = 1 is just num - mean."""
+    value = num.sum() / den.sum()
+    residual = (num - value * den) / den.mean()
+    se = (residual.view(groups, -1).var(1).mean() / len(num)).sqrt()
+    return value.item(), se.item()
+
+
+@torch.no_grad()
+def held_out_behaviour(policy, attempts=ATTEMPTS, seed=1234):
+    """(value, standard error) of pass@1, reads and malformed calls per episode (the attempts
+    `evaluate(policy, n=attempts)` makes) and policy-token entropy: the full-vocabulary entropy
+    (nats) averaged over the policy's tokens, as in `grpo.policy_entropy`."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = rollout(policy, [t for t in HELDOUT_TASKS for _ in range(attempts)], gen)
+    _, logprobs = token_logprobs(policy, batch.tokens)                    # (B, T, V)
+    entropy = -(logprobs.exp() * logprobs).sum(-1) * batch.policy_mask    # (B, T)
+    one = torch.ones(len(batch.episodes), dtype=torch.float64)
+    per_episode = {
+        "pass@1": (batch.rewards, one),
+        "reads": (torch.tensor([e.reads for e in batch.episodes], dtype=torch.float64), one),
+        "malformed": (torch.tensor([e.malformed for e in batch.episodes], dtype=torch.float64), one),
+        "entropy": (entropy.sum(1), batch.policy_mask.sum(1).double()),
+    }
+    return {name: ratio_estimate(num, den, len(HELDOUT_TASKS))
+            for name, (num, den) in per_episode.items()}
+
+
+def compare(rebuilt, shipped, attempts=ATTEMPTS):
+    """Print both agents' held-out behaviour side by side and return the verdict: equivalent when
+    every metric differs by at most TOLERANCE combined standard errors, sqrt(se1^2 + se2^2), the
+    spread between two independent evaluations of one agent. Both use the same seed, so agents
+    with equal weights give equal numbers."""
+    a, b = held_out_behaviour(rebuilt, attempts), held_out_behaviour(shipped, attempts)
+    print(f"held-out behaviour, {attempts} attempts at each of {len(HELDOUT_TASKS)} tasks "
+          f"(± one standard error; allowed: {TOLERANCE:g} combined standard errors)")
+    print(f"{'':10} {'rebuilt':>15} {'shipped':>15} {'difference':>11} {'allowed':>8}")
+    equivalent = True
+    for name in a:
+        (va, sa), (vb, sb) = a[name], b[name]
+        allowed = TOLERANCE * (sa ** 2 + sb ** 2) ** 0.5
+        equivalent &= abs(va - vb) <= allowed
+        print(f"{name:10} {va:7.3f} ± {sa:.3f} {vb:7.3f} ± {sb:.3f} {va - vb:+11.3f} {allowed:8.3f}")
+    return equivalent
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=CHECKPOINT)
-    args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    parser.add_argument("--out", type=Path,
+                        help=f"where to write the rebuilt checkpoint (default {SCRATCH})")
+    parser.add_argument("--replace", action="store_true",
+                        help=f"overwrite the shipped checkpoint {CHECKPOINT}")
+    parser.add_argument("--attempts", type=int, default=ATTEMPTS,
+                        help="attempts at each held-out task in the comparison")
+    args = parser.parse_args(argv)
+    out = (args.out or (CHECKPOINT if args.replace else SCRATCH)).resolve()
+    if args.replace and out != CHECKPOINT:
+        parser.error(f"--replace writes {CHECKPOINT}; it cannot go with --out {args.out}")
+    if out.is_dir():
+        parser.error(f"--out {args.out} is a directory; give a file path ending in .pt")
+    if out.suffix != ".pt":
+        parser.error(f"--out must end in .pt (its checksum goes beside it), got {args.out}")
+    if args.attempts < 2:
+        parser.error(f"--attempts must be at least 2 (for a standard error), got {args.attempts}")
+
+    shipped_bytes = CHECKPOINT.read_bytes() if CHECKPOINT.exists() else None
+    try:
+        shipped = load_policy(CHECKPOINT)                      # before a --replace overwrites it
+    except (FileNotFoundError, ValueError) as err:
+        shipped = None
+        print(f"no shipped agent to compare with: {err}")
+
+    start = time.perf_counter()
     policy = build_rl_base(progress=True)
-    digest = save_policy(policy, args.out)
-    print(f"wrote {args.out} sha256 {digest}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest = save_policy(policy, out)
+    print(f"wrote {out} sha256 {digest} in {(time.perf_counter() - start) / 60:.1f} min")
+    if shipped is None:
+        return
+    if out.read_bytes() == shipped_bytes:
+        print("bytes: equal to the shipped checkpoint")
+    else:
+        print("bytes: differ from the shipped checkpoint (SFT rounds differently on another CPU "
+              "or torch build), so the behaviour decides")
+    start = time.perf_counter()
+    equivalent = compare(policy, shipped, args.attempts)
+    print(f"compared in {time.perf_counter() - start:.0f} s")
+    if not equivalent:
+        raise SystemExit("verdict: NOT equivalent to the shipped agent within sampling error")
+    print("verdict: equivalent to the shipped agent within sampling error")
 
 
 if __name__ == "__main__":
