@@ -19,9 +19,10 @@ from .policy import load_rl_base
 from .vocab import PAD
 
 STEPS = 40
-# Floating-point operations per parameter per token: sampling (2), the reference forward (2),
-# the update's forward and backward (6). Attention's own arithmetic is left out (it is small).
-FLOPS_PER_PARAM_TOKEN = 2 + 2 + 6
+# Floating-point operations per parameter per token: sampling (2), the pi_old and reference
+# forwards (2 + 2), the update's forward and backward (6). Attention's own arithmetic is left
+# out (it is small).
+FLOPS_PER_PARAM_TOKEN = 2 + 2 + 2 + 6
 
 
 def matmul_gflops(n=512, repeats=20):

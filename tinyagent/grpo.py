@@ -123,24 +123,20 @@ def grpo_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
 
 
 def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn=grpo_loss):
-    """One GRPO update on a batch: `cfg.epochs` passes of `cfg.minibatches` Adam steps on
-    `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its own). pi_old's log-probs are the
-    sampler's: the importance ratio is against the policy that actually sampled, and our sampler
-    computes them with the same weights in float64 (`mismatch_kl`, the trainer's first minibatch
-    against the sampler before any step, checks that). Log-probs are computed only at the policy's
-    tokens, the only ones a loss reads. Returns the minibatch statistics averaged, the batch's
-    k3 distance to the reference, and the mismatch."""
+    """One GRPO update on a batch: pi_old log-probs recomputed here, then `cfg.epochs` passes of
+    `cfg.minibatches` Adam steps on `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its
+    own). Log-probs are computed only at the policy's tokens, the only ones a loss reads.
+    Returns the minibatch statistics averaged, the batch's k3 distance to the reference, and
+    the mismatch between the sampler's log-probs and the trainer's recomputation of them."""
     tokens, mask, temperature = batch.tokens, batch.policy_mask, cfg.temperature   # (B, T)
-    old_logp = batch.logp                                                        # (B, T)
     with torch.no_grad():
+        old_logp, _ = token_logprobs(policy, tokens, temperature, mask)            # (B, T)
         ref_logp, _ = token_logprobs(reference, tokens, temperature, mask)         # (B, T)
     stats = []
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
         for mb in order.chunk(cfg.minibatches):
             logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
-            if not stats:                      # no optimizer step yet: the trainer is pi_old
-                mismatch = mismatch_kl(logp.detach(), old_logp[mb], mask[mb]).item()
             loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,
                                      advantages[mb], mask[mb], cfg)
             optimizer.zero_grad()
@@ -149,7 +145,7 @@ def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn
             stats.append(mb_stats)
     out = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
     out["k3_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
-    out["mismatch_kl"] = mismatch
+    out["mismatch_kl"] = mismatch_kl(old_logp, batch.logp, mask).item()
     return out
 
 
