@@ -1,0 +1,36 @@
+"""Tests of tinyagent.plots: rounding for byte-stable PDFs, the median-and-band plot, and saving
+figures that rebuild to the same bytes."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tinyagent.plots import median_band, rounded, save_figure, use_style  # noqa: E402
+
+
+def test_rounded_hides_differences_far_below_a_pixel():
+    assert np.array_equal(rounded([0.1234567, 2.0]), rounded([0.1234567 + 1e-9, 2.0 - 1e-10]))
+    assert not np.signbit(rounded([-1e-9])).any()                      # no "-0" in the PDF
+
+
+def test_median_band_draws_a_band_only_for_several_seeds():
+    use_style()
+    fig, ax = plt.subplots()
+    median_band(ax, [[1.0, 2.0, 3.0]], dict(color="tab:blue"))
+    assert len(ax.collections) == 0 and np.allclose(ax.lines[0].get_ydata(), [1, 2, 3])
+    median_band(ax, [[1.0, 2.0], [3.0, 6.0], [2.0, 2.0]], dict(color="tab:red"))
+    assert len(ax.collections) == 1 and np.allclose(ax.lines[1].get_ydata(), [2, 2])
+    plt.close(fig)
+
+
+def test_saved_figures_have_the_same_bytes_twice(tmp_path):
+    use_style()
+    paths = []
+    for attempt in range(2):
+        fig, ax = plt.subplots()
+        ax.plot(rounded(np.linspace(0, 1, 50) ** 2))
+        paths.append(save_figure(fig, "f", tmp_path / str(attempt)))
+        plt.close(fig)
+    for suffix in (".png", ".pdf"):
+        assert paths[0].with_suffix(suffix).read_bytes() == paths[1].with_suffix(suffix).read_bytes()
