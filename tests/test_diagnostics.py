@@ -8,11 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from tinyagent.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
-                                   first_call_distribution, heldout_prompts, heldout_rollout,
-                                   k3_decomposition, kl_divergence, malformed_calls, run_summary,
-                                   split_calls,
+                                   first_call_distribution, heldout_prompts, k3_decomposition,
+                                   kl_divergence, malformed_calls, run_summary, split_calls,
                                    token_roles)
-from tinyagent.evaluate import evaluate
+from tinyagent.evaluate import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS, Episode, Task
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.vocab import ID, WORDS, encode
@@ -84,7 +83,7 @@ def test_decision_kls_average_the_per_prompt_kls_in_both_directions(base):
 
 
 def test_heldout_rollout_draws_the_episodes_evaluate_scores(base):
-    batch = heldout_rollout(base, TASKS, attempts=4)
+    batch = heldout_rollout(base, TASKS, n=4)
     scored = evaluate(base, TASKS, n=4, ks=(1,))
     assert sum(e.reads for e in batch.episodes) / len(batch.episodes) == scored["reads"]
     assert sum(e.malformed for e in batch.episodes) / len(batch.episodes) == scored["malformed"]
@@ -93,7 +92,7 @@ def test_heldout_rollout_draws_the_episodes_evaluate_scores(base):
 
 def test_k3_decomposition_parts_add_up_to_the_evaluated_distance(base):
     policy = Policy(seed=0)
-    batch = heldout_rollout(policy, TASKS, attempts=4)
+    batch = heldout_rollout(policy, TASKS, n=4)
     parts = k3_decomposition(batch, base)
     assert set(parts) == {(kind, role) for kind in ("majority", "needs the log") for role in ROLES}
     total = evaluate(policy, TASKS, n=4, ks=(1,), reference=base)["kl_from_ref"]

@@ -12,14 +12,11 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
+from .evaluate import ATTEMPTS, EVAL_SEED
 from .gym import CALL, END_CALL, HELDOUT_TASKS, MAX_CALL_TOKENS, Episode, parse_call
 from .kl import kl_penalty
-from .sampler import rollout, token_logprobs
+from .sampler import token_logprobs
 from .vocab import ID, KIND_IDS, NAME_IDS, WORDS
-
-# The held-out episodes `evaluate` samples (its defaults: 16 attempts a task, generator seed 1234),
-# so that a decomposition here adds up to the `kl_from_ref` of the run's evaluation.
-ATTEMPTS, EVAL_SEED = 16, 1234
 
 # ------------------------------------------------------------------ one run in numbers
 
@@ -127,12 +124,6 @@ def decision_kls(probs, ref_probs):
 
 
 # ------------------------------------------------------------------ held-out episodes, call by call
-
-def heldout_rollout(policy, tasks=HELDOUT_TASKS, attempts=ATTEMPTS, seed=EVAL_SEED):
-    """The 160 held-out episodes `evaluate` samples from `policy` (the same draws, at T = 1)."""
-    gen = torch.Generator().manual_seed(seed)
-    return rollout(policy, [task for task in tasks for _ in range(attempts)], gen, 1.0)
-
 
 def split_calls(tokens, mask):
     """An episode's calls as the sampler cuts them: [(positions, call tokens)], a call ending at

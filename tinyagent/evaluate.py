@@ -9,6 +9,8 @@ from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS
 from .sampler import rollout, token_logprobs
 
+ATTEMPTS, EVAL_SEED = 16, 1234     # every notebook's held-out evaluation: 16 attempts a task
+
 
 def pass_at_k(n, c, k):
     """Probability that k of n attempts, c of them passing, drawn without replacement, contain a
@@ -29,13 +31,21 @@ def action_sequence(tokens, mask, names):
 
 
 @torch.no_grad()
-def evaluate(policy, tasks=HELDOUT_TASKS, n=16, ks=(1, 8), seed=1234, reference=None,
+def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
+    """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
+    episodes `evaluate` scores. The diagnostics and the pretraining check sample these too, so
+    that their measurements describe the evaluated episodes themselves."""
+    gen = torch.Generator().manual_seed(seed)
+    return rollout(policy, [task for task in tasks for _ in range(n)], gen, temperature)
+
+
+@torch.no_grad()
+def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
              temperature=1.0):
     """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action
     sequences per task, reads and malformed calls per episode, per-task pass counts, and (with a
     `reference`) the mean per-token k3 of the sampled tokens against it."""
-    gen = torch.Generator().manual_seed(seed)
-    batch = rollout(policy, [t for t in tasks for _ in range(n)], gen, temperature)
+    batch = heldout_rollout(policy, tasks, n, seed, temperature)
     passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
     out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}
     seqs = [action_sequence(batch.tokens[i], batch.policy_mask[i], batch.episodes[i].names)

@@ -25,9 +25,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .evaluate import EVAL_SEED, heldout_rollout
 from .gym import HELDOUT_TASKS, N_FUNCTIONS, TRAIN_TASKS, Episode
+from .kl import entropy
 from .policy import RL_BASE_CHECKPOINT as CHECKPOINT, Policy, load_policy, save_policy
-from .sampler import rollout, token_logprobs
+from .sampler import token_logprobs
 from .vocab import ID, PAD, WORDS, encode
 
 SCRATCH = CHECKPOINT.parents[2] / ".cache" / "pretrain" / "rl_base.pt"   # beside the run cache
@@ -187,20 +189,19 @@ def ratio_estimate(num, den, groups):
 
 
 @torch.no_grad()
-def held_out_behaviour(policy, attempts=ATTEMPTS, seed=1234):
+def held_out_behaviour(policy, attempts=ATTEMPTS, seed=EVAL_SEED):
     """(value, standard error) of pass@1, reads and malformed calls per episode (the attempts
     `evaluate(policy, n=attempts)` makes) and policy-token entropy: the full-vocabulary entropy
-    (nats) averaged over the policy's tokens, as in `grpo.policy_entropy`."""
-    gen = torch.Generator().manual_seed(seed)
-    batch = rollout(policy, [t for t in HELDOUT_TASKS for _ in range(attempts)], gen)
+    (nats) averaged over the policy's tokens, as in `kl.policy_entropy`."""
+    batch = heldout_rollout(policy, n=attempts, seed=seed)
     _, logprobs = token_logprobs(policy, batch.tokens)                    # (B, T, V)
-    entropy = -(logprobs.exp() * logprobs).sum(-1) * batch.policy_mask    # (B, T)
+    per_token = entropy(logprobs) * batch.policy_mask                     # (B, T)
     one = torch.ones(len(batch.episodes), dtype=torch.float64)
     per_episode = {
         "pass@1": (batch.rewards, one),
         "reads": (torch.tensor([e.reads for e in batch.episodes], dtype=torch.float64), one),
         "malformed": (torch.tensor([e.malformed for e in batch.episodes], dtype=torch.float64), one),
-        "entropy": (entropy.sum(1), batch.policy_mask.sum(1).double()),
+        "entropy": (per_token.sum(1), batch.policy_mask.sum(1).double()),
     }
     return {name: ratio_estimate(num, den, len(HELDOUT_TASKS))
             for name, (num, den) in per_episode.items()}
