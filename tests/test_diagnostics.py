@@ -82,14 +82,6 @@ def test_decision_kls_average_the_per_prompt_kls_in_both_directions(base):
     assert other["reverse_kl"] != pytest.approx(other["forward_kl"])     # KL is not symmetric
 
 
-def test_heldout_rollout_draws_the_episodes_evaluate_scores(base):
-    batch = heldout_rollout(base, TASKS, n=4)
-    scored = evaluate(base, TASKS, n=4, ks=(1,))
-    assert sum(e.reads for e in batch.episodes) / len(batch.episodes) == scored["reads"]
-    assert sum(e.malformed for e in batch.episodes) / len(batch.episodes) == scored["malformed"]
-    assert [e.names for e in batch.episodes] == [e.names for e in heldout_prompts(TASKS, 4)]
-
-
 def test_k3_decomposition_parts_add_up_to_the_evaluated_distance(base):
     policy = Policy(seed=0)
     batch = heldout_rollout(policy, TASKS, n=4)

@@ -1,11 +1,12 @@
 import itertools
+from math import comb
 
 import pytest
-import torch
 
-from tinyagent.evaluate import evaluate, pass_at_k
+from tinyagent.diagnostics import heldout_prompts
+from tinyagent.evaluate import evaluate, heldout_rollout, pass_at_k
 from tinyagent.gym import HELDOUT_TASKS
-from tinyagent.policy import Policy
+from tinyagent.policy import Policy, load_rl_base
 
 
 @pytest.mark.parametrize("n,c,k", [(16, 0, 1), (16, 3, 1), (16, 3, 8), (6, 2, 3), (5, 5, 2), (7, 1, 7)])
@@ -30,3 +31,18 @@ def test_evaluate_reports_and_is_zero_distance_from_itself():
     assert abs(out["kl_from_ref"]) < 1e-20
     assert 1 <= out["distinct"] <= 4
     assert out == evaluate(policy, HELDOUT_TASKS[:3], n=4, ks=(1, 2), reference=policy)
+
+
+def test_evaluate_scores_the_heldout_rollout_by_hand():
+    tasks, n = HELDOUT_TASKS[:4], 6
+    batch = heldout_rollout(load_rl_base(), tasks, n)
+    out = evaluate(load_rl_base(), tasks, n=n, ks=(1, 3))
+    passed = [int(sum(ep.reward for ep in batch.episodes[j * n:(j + 1) * n])) for j in range(len(tasks))]
+    assert [ep.task for ep in batch.episodes] == [task for task in tasks for _ in range(n)]
+    assert 0 < sum(passed) < len(tasks) * n, "the RL base agent should pass some attempts, not all"
+    assert out["passed_per_task"] == passed
+    assert out["pass@1"] == pytest.approx(sum(passed) / (len(tasks) * n))
+    assert out["pass@3"] == pytest.approx(sum(1 - comb(n - c, 3) / comb(n, 3) for c in passed) / len(tasks))
+    assert out["reads"] == pytest.approx(sum(ep.reads for ep in batch.episodes) / len(batch.episodes))
+    assert out["malformed"] == pytest.approx(sum(ep.malformed for ep in batch.episodes) / len(batch.episodes))
+    assert [ep.names for ep in batch.episodes] == [ep.names for ep in heldout_prompts(tasks, n)]

@@ -58,10 +58,12 @@ def test_the_cache_does_not_unpickle_arbitrary_objects(tmp_path, capsys):
     assert "unreadable" in capsys.readouterr().out
 
 
-def test_keys_depend_on_config_and_code():
+def test_keys_depend_on_config_and_code(monkeypatch):
     assert run_key({"a": 1, "b": 2}) == run_key({"b": 2, "a": 1})
     assert run_key({"a": 1}) != run_key({"a": 2})
-    assert len(code_version()) == 64
+    before = run_key({"a": 1})
+    monkeypatch.setattr(runs, "_CODE_VERSION", code_version()[::-1])    # as if a module changed
+    assert run_key({"a": 1}) != before
 
 
 def test_the_code_hash_covers_every_module_runs_imports():
