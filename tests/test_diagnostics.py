@@ -154,3 +154,12 @@ def test_run_summary_reads_the_table_columns_and_the_claims_quantities():
     assert (row["entropy"], row["entropy_start"]) == (history[-1]["entropy"], 0.5)
     assert row["kl_from_start"] == 0.3 and row["pass@8"] == 0.9 and row["unsolved"] == 2
     assert row["late_reward"] == pytest.approx(sum(range(30, 40)) / 40 / 10)
+
+
+@pytest.mark.parametrize("late_steps", [0, 4, 1.5])
+def test_run_summary_refuses_late_steps_outside_the_run(late_steps):
+    run = {"history": [{"entropy": 0.5, "reward": 0.1}] * 3,
+           "eval": {"pass@1": 0.5, "pass@8": 0.9, "distinct": 2.0, "kl_from_ref": 0.1, "reads": 0.2,
+                    "malformed": 0.1, "passed_per_task": [1, 0]}}
+    with pytest.raises(ValueError, match=r"late_steps must be an integer in \[1, 3\]"):
+        run_summary(run, late_steps)

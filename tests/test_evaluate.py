@@ -46,3 +46,9 @@ def test_evaluate_scores_the_heldout_rollout_by_hand():
     assert out["reads"] == pytest.approx(sum(ep.reads for ep in batch.episodes) / len(batch.episodes))
     assert out["malformed"] == pytest.approx(sum(ep.malformed for ep in batch.episodes) / len(batch.episodes))
     assert [ep.names for ep in batch.episodes] == [ep.names for ep in heldout_prompts(tasks, n)]
+
+
+@pytest.mark.parametrize("tasks,n", [(HELDOUT_TASKS[:2], 0), ((), 4)])
+def test_an_evaluation_needs_tasks_and_attempts(tasks, n):
+    with pytest.raises(ValueError, match="at least one task and n >= 1"):
+        evaluate(Policy(seed=0), tasks, n=n)

@@ -2,6 +2,8 @@
 runs are asked of the cache as one batch of jobs."""
 from dataclasses import asdict
 
+import pytest
+
 from tinyagent import experiments
 from tinyagent.book import SECTION_10_7
 from tinyagent.experiments import COMPARISON, SEEDS, comparison_runs, seeded
@@ -30,3 +32,8 @@ def test_comparison_runs_asks_for_every_label_and_seed_once(monkeypatch):
     runs = comparison_runs(["none", "k3+ beta=1.0"], seeds=(0, 2), steps=80)
     assert runs == {"none": [(0.0, 0, 80), (0.0, 2, 80)], "k3+ beta=1.0": [(1.0, 0, 80), (1.0, 2, 80)]}
     assert len(asked) == 4
+
+
+def test_unknown_settings_are_refused_with_the_known_ones_named():
+    with pytest.raises(ValueError, match="Section 10.7's are .*'none'"):
+        comparison_runs(["k4 beta=9"])

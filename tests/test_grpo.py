@@ -69,3 +69,10 @@ def test_kl_loss_pulls_toward_the_reference():
                        cfg, gen)
     assert second["kl"] < first["kl"]
     assert frozen_copy(policy).head.weight.requires_grad is False
+
+
+def test_group_sizes_and_counts_must_be_positive_integers():
+    with pytest.raises(ValueError, match="group_size must be a positive integer"):
+        compute_advantages(torch.zeros(8, dtype=torch.float64), 0)
+    with pytest.raises(ValueError, match="epochs must be a positive integer"):
+        RLConfig(epochs=2.5)

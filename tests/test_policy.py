@@ -56,3 +56,11 @@ def test_mismatched_checkpoint_is_refused(tmp_path):
 def test_missing_checkpoint():
     with pytest.raises(FileNotFoundError):
         load_policy("/nonexistent/p.pt")
+
+
+@pytest.mark.parametrize("fields,message", [({"n_embd": 65}, "multiple of n_head"),
+                                            ({"n_layer": 0}, "n_layer must be a positive integer"),
+                                            ({"n_head": 2.5}, "n_head must be a positive integer")])
+def test_bad_policy_configs_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(**fields)

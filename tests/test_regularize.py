@@ -77,6 +77,8 @@ def test_reward_placement_shapes_the_reward_and_drops_the_kl_loss():
 def test_regularized_config_rejects_bad_values():
     with pytest.raises(ValueError, match="entropy_coef"):
         RegularizedConfig(entropy_coef=-0.1)
+    with pytest.raises(ValueError, match="entropy_coef"):
+        RegularizedConfig(entropy_coef=float("nan"))
     with pytest.raises(ValueError, match="allowed: k1, k2, k3, k1\\+"):
         RegularizedConfig(kl_kind="k4")
     with pytest.raises(ValueError, match="allowed: k1, k2, k3$"):

@@ -98,3 +98,18 @@ def test_one_and_two_threads_give_the_same_episodes_bitwise():
     (tokens_1, logp_1), (tokens_2, logp_2) = (o.split() for o in out)
     assert tokens_1 == tokens_2                     # the same episodes, bitwise
     assert abs(float(logp_1) - float(logp_2)) < 1e-9   # log-probs to rounding (summed over 64)
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, float("inf"), float("nan")])
+def test_temperatures_that_define_no_distribution_are_refused(temperature):
+    policy, gen = Policy(seed=0), torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="temperature must be positive and finite"):
+        rollout(policy, TRAIN_TASKS[:2], gen, temperature)
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must be positive and finite"):
+        token_logprobs(policy, tokens, temperature)
+
+
+def test_a_rollout_needs_a_task():
+    with pytest.raises(ValueError, match="at least one task"):
+        rollout(Policy(seed=0), [], torch.Generator().manual_seed(0))

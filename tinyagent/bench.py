@@ -3,15 +3,18 @@
 Times a 40-step run of Chapter 9's default configuration from the RL base agent plus one
 held-out evaluation (10 tasks x 16 attempts) at one torch thread and at two, splits a step into
 sampling and update, times two such runs side by side in two worker processes (how the notebooks
-compute their runs), and compares the model's arithmetic rate with this machine's own float64
-matrix-multiply rate.
+compute their runs), compares the model's arithmetic rate with this machine's own float64
+matrix-multiply rate, and splits a step's operator time by what the operators compute, which
+says where the rest of the time goes.
 """
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from multiprocessing import get_context
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from .evaluate import evaluate
 from .grpo import RLConfig, compute_advantages, frozen_copy, rl_update, sample_step
@@ -63,6 +66,48 @@ def timed_run(threads, seed=0, steps=STEPS):
     return out
 
 
+# Which aten operators (forward and backward) compute what, for the step profile.
+OPERATOR_GROUPS = {
+    "matrix multiplies": ("aten::addmm", "aten::mm", "aten::bmm"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+    "GELU": ("aten::gelu", "aten::gelu_backward"),
+    "softmax, log-softmax, exp": ("aten::_softmax", "aten::_log_softmax", "aten::exp",
+                                  "aten::_log_softmax_backward_data", "aten::_softmax_backward_data"),
+    "layer norm": ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
+}
+
+
+def step_profile(steps=4):
+    """Self CPU time of `steps` one-thread steps (after a warm-up step) by operator group, as
+    shares of all operator time, and the operators' share of the wall-clock time (the rest is
+    Python between them). The profiler adds overhead of its own, so the shares are approximate."""
+    torch.set_num_threads(1)
+    policy = load_rl_base()
+    reference = frozen_copy(policy)
+    cfg = RLConfig()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    def step():
+        batch = sample_step(policy, cfg, gen)
+        advantages, _ = compute_advantages(batch.rewards, cfg.group_size)
+        rl_update(policy, reference, optimizer, batch, advantages, cfg, gen)
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = time.perf_counter() - start
+    group_of = {name: group for group, names in OPERATOR_GROUPS.items() for name in names}
+    seconds = Counter()
+    for event in prof.key_averages():
+        seconds[group_of.get(event.key, "other operators")] += event.self_cpu_time_total / 1e6
+    total = sum(seconds.values())
+    return {group: t / total for group, t in seconds.most_common()}, total / wall
+
+
 def _one_thread_run(seed):
     return timed_run(threads=1, seed=seed)
 
@@ -92,6 +137,10 @@ def main():
     both = side_by_side()
     print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
           f"{both / 2:5.1f} s a run")
+    shares, in_operators = step_profile()
+    print(f"one-thread step, operator time by what it computes ({in_operators:.0%} of the wall "
+          f"clock is inside operators):")
+    print("  " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,9 @@ def run_summary(run, late_steps=10):
     reward averaged over the last `late_steps` steps (one step's 64 episodes are too few to
     compare training rewards)."""
     history, scored = run["history"], run["eval"]
+    if not (isinstance(late_steps, int) and 1 <= late_steps <= len(history)):
+        raise ValueError(f"late_steps must be an integer in [1, {len(history)}] (the run's steps), "
+                         f"got {late_steps!r}")
     return {"entropy": history[-1]["entropy"], "pass@1": scored["pass@1"],
             "pass@8": scored["pass@8"], "distinct": scored["distinct"],
             "kl_from_start": scored["kl_from_ref"], "reads": scored["reads"],

@@ -33,8 +33,10 @@ def action_sequence(tokens, mask, names):
 @torch.no_grad()
 def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
     """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
-    episodes `evaluate` scores. The diagnostics and the pretraining check sample these too, so
-    that their measurements describe the evaluated episodes themselves."""
+    episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
+    too, so that their measurements describe the evaluated episodes themselves."""
+    if not (isinstance(n, int) and n >= 1) or not tasks:
+        raise ValueError(f"need at least one task and n >= 1 attempts, got {len(tasks)} tasks, n={n!r}")
     gen = torch.Generator().manual_seed(seed)
     return rollout(policy, [task for task in tasks for _ in range(n)], gen, temperature)
 

@@ -31,6 +31,9 @@ def seeded(cfg, seed):
 def comparison_runs(labels=tuple(COMPARISON), seeds=SEEDS, steps=STEPS, **kwargs):
     """{label: [the run at each seed]} for Section 10.7's settings, from the cache or computed in
     parallel workers (see `regularized_runs`)."""
+    unknown = [label for label in labels if label not in COMPARISON]
+    if unknown:
+        raise ValueError(f"unknown settings {unknown}; Section 10.7's are {list(COMPARISON)}")
     jobs = [{"cfg": seeded(COMPARISON[label], seed), "steps": steps}
             for label in labels for seed in seeds]
     results = iter(regularized_runs(jobs, **kwargs))

@@ -28,9 +28,10 @@ MAX_CALL_TOKENS = 4      # the longest valid call, `<call> read tests </call>`
 BLIND_CEILING = 1 / N_FUNCTIONS
 
 CALL, END_CALL = ID["<call>"], ID["</call>"]
-READ_VERBS = {ID["read"], ID["cat"]}
-EDIT_VERBS = {ID["edit"], ID["patch"]}
-SUBMIT_VERBS = {ID["submit"], ID["done"]}
+# Three actions have a second, rarer spelling with the same effect: (usual, second) per action.
+SPELLINGS = {"read": ("read", "cat"), "edit": ("edit", "patch"), "submit": ("submit", "done")}
+READ_VERBS, EDIT_VERBS, SUBMIT_VERBS = ({ID[word] for word in SPELLINGS[action]}
+                                        for action in ("read", "edit", "submit"))
 LS = ID["ls"]
 TESTS, LOG, SRC = ID["tests"], ID["log"], ID["src"]
 

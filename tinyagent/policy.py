@@ -27,6 +27,14 @@ class PolicyConfig:
     n_head: int = 6                # head size 11
     n_embd: int = 66               # sized so the model has the chapter's ~157k parameters
 
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}): "
+                             f"the heads split the embedding evenly")
+
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg):
@@ -170,7 +178,7 @@ def load_policy(path):
     if actual != expected:
         raise ValueError(f"checkpoint {path} is corrupted: sha256 {actual[:12]}... does not match "
                          f"the recorded {expected[:12]}...; rebuild it with "
-                         f"`python -m tinyagent.pretrain`")
+                         f"`python -m tinyagent.pretrain --replace`")
     blob = torch.load(io.BytesIO(data), weights_only=True)
     try:
         cfg = PolicyConfig(**blob["config"])
@@ -185,5 +193,5 @@ def load_policy(path):
 
 def load_rl_base():
     """The shipped RL base agent (the SFT checkpoint RL starts from), checksum-verified.
-    `python -m tinyagent.pretrain` rebuilds it."""
+    `python -m tinyagent.pretrain --replace` rebuilds it in place."""
     return load_policy(RL_BASE_CHECKPOINT)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .evaluate import EVAL_SEED, heldout_rollout
-from .gym import HELDOUT_TASKS, N_FUNCTIONS, TRAIN_TASKS, Episode
+from .gym import HELDOUT_TASKS, N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .kl import entropy
 from .policy import RL_BASE_CHECKPOINT as CHECKPOINT, Policy, load_policy, save_policy
 from .sampler import token_logprobs
@@ -59,7 +59,7 @@ class SFTConfig:
     threads: int = 2          # float32 sums split by thread: the shipped agent was built with 2
 
 
-READ, EDIT, SUBMIT = ("read", "cat"), ("edit", "patch"), ("submit", "done")   # (usual, other)
+READ, EDIT, SUBMIT = (SPELLINGS[action] for action in ("read", "edit", "submit"))   # (usual, other)
 
 
 def _bernoulli(p, gen):

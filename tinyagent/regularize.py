@@ -53,7 +53,7 @@ class RegularizedConfig(RLConfig):
         if self.kl_placement == "reward" and self.kl_kind != "k1":
             raise ValueError(f"the reward placement subtracts the sampled sequence KL, a sum of k1; "
                              f"set kl_kind='k1' (got {self.kl_kind!r})")
-        if self.entropy_coef < 0:
+        if not self.entropy_coef >= 0:                       # also refuses NaN
             raise ValueError(f"entropy_coef must be non-negative, got {self.entropy_coef}")
         if self.entropy_positions not in ENTROPY_POSITIONS:
             raise ValueError(f"unknown entropy_positions {self.entropy_positions!r}; allowed: "

@@ -14,6 +14,8 @@ import pandas as pd
 # the book").
 HOLDS_AT_LEAST = 4          # holds at 4-5 of 5 seeds: "holds"
 DEPENDS_AT_LEAST = 2        # 2-3 of 5: "depends on the seed"; 0-1 of 5: "does not hold"
+# The chapter's noise level for a held-out pass@1 difference: runs closer than this are "within noise".
+PASS1_NOISE = 0.08
 
 
 def book_vs_ours(ours, book, digits, index_name="run"):

@@ -9,6 +9,7 @@ Sampling uses its own float64 uniforms and the inverse CDF with an explicit gene
 float64 even for a lower-precision copy of the policy), one uniform per episode and position whether or not that position samples, so an episode's draws
 do not depend on how long the others run, and results do not depend on torch's multinomial.
 """
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -32,6 +33,12 @@ class Rollout:
     temperature: float
 
 
+def check_temperature(temperature):
+    """Refuse a temperature that does not define a distribution (zero, negative, inf or NaN)."""
+    if not 0 < temperature < math.inf:
+        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+
+
 def sample_tokens(logits, uniforms):
     """One token per row by inverse CDF: the first token whose cumulative probability exceeds
     the row's uniform (B, 1). Returns (tokens (B,), log-probs (B, V))."""
@@ -49,8 +56,9 @@ def draw_uniforms(n, gen):
 @torch.no_grad()
 def rollout(policy, tasks, gen, temperature=1.0):
     """Run one episode per task in `tasks` (repeat a task for a group of attempts)."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    check_temperature(temperature)
+    if not tasks:
+        raise ValueError("rollout needs at least one task")
     episodes = [Episode.start(task, gen) for task in tasks]
     B, max_len = len(episodes), policy.cfg.block_size
     rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far
@@ -107,6 +115,7 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     in row-major order. The model then runs on groups of `group_rows` episodes of similar
     length, each cut at its last masked token, instead of on a batch padded to the longest.
     """
+    check_temperature(temperature)
     if mask is None:
         log_dist = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
         logp = log_dist.gather(-1, tokens[:, 1:, None])[..., 0]                 # (B, T-1)
