@@ -39,28 +39,39 @@ def matmul_gflops(n=512, repeats=20):
     return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
 
 
+class DefaultRun:
+    """Chapter 9's default run from the RL base agent, advanced one step at a time."""
+
+    def __init__(self, seed=0):
+        self.policy = load_rl_base()
+        self.reference = frozen_copy(self.policy)
+        self.cfg = replace(RLConfig(), seed=seed)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.lr)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def step(self):
+        """Sample a batch and update on it; returns (seconds sampling, seconds updating, episode
+        tokens (not padding) in the batch)."""
+        t0 = time.perf_counter()
+        batch = sample_step(self.policy, self.cfg, self.gen)
+        t1 = time.perf_counter()
+        advantages, _ = compute_advantages(batch.rewards, self.cfg.group_size)
+        rl_update(self.policy, self.reference, self.optimizer, batch, advantages, self.cfg, self.gen)
+        return t1 - t0, time.perf_counter() - t1, int((batch.tokens != PAD).sum())
+
+
 def timed_run(threads, seed=0, steps=STEPS):
     """One run + held-out evaluation at `threads` torch threads: wall-clock seconds in total,
     sampling, update and evaluation, and the episode tokens (not padding) it processed."""
     torch.set_num_threads(threads)
-    policy = load_rl_base()
-    reference = frozen_copy(policy)
-    cfg = replace(RLConfig(), seed=seed)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    run = DefaultRun(seed)
     out = {"sampling": 0.0, "update": 0.0, "tokens": 0}
     start = time.perf_counter()
     for _ in range(steps):
-        t0 = time.perf_counter()
-        batch = sample_step(policy, cfg, gen)
-        t1 = time.perf_counter()
-        advantages, _ = compute_advantages(batch.rewards, cfg.group_size)
-        rl_update(policy, reference, optimizer, batch, advantages, cfg, gen)
-        out["sampling"] += t1 - t0
-        out["update"] += time.perf_counter() - t1
-        out["tokens"] += int((batch.tokens != PAD).sum())
+        for key, value in zip(("sampling", "update", "tokens"), run.step()):
+            out[key] += value
     t_eval = time.perf_counter()
-    evaluate(policy, reference=reference)
+    evaluate(run.policy, reference=run.reference)
     out["evaluation"] = time.perf_counter() - t_eval
     out["total"] = time.perf_counter() - start
     return out
@@ -83,22 +94,12 @@ def step_profile(steps=4):
     shares of all operator time, and the operators' share of the wall-clock time (the rest is
     Python between them). The profiler adds overhead of its own, so the shares are approximate."""
     torch.set_num_threads(1)
-    policy = load_rl_base()
-    reference = frozen_copy(policy)
-    cfg = RLConfig()
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed)
-
-    def step():
-        batch = sample_step(policy, cfg, gen)
-        advantages, _ = compute_advantages(batch.rewards, cfg.group_size)
-        rl_update(policy, reference, optimizer, batch, advantages, cfg, gen)
-
-    step()
+    run = DefaultRun()
+    run.step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         for _ in range(steps):
-            step()
+            run.step()
         wall = time.perf_counter() - start
     group_of = {name: group for group, names in OPERATOR_GROUPS.items() for name in names}
     seconds = Counter()
