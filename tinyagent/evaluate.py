@@ -30,6 +30,17 @@ def action_sequence(tokens, mask, names):
     return tuple(out)
 
 
+def distinct_per_task(batch, n, tokens=None):
+    """Mean, over tasks, of the number of distinct action sequences among a task's `n` attempts
+    (`batch` holds them grouped by task, as `heldout_rollout` samples them). `tokens` (B, T), if
+    given, replaces the batch's tokens, for example with two spellings of a verb merged."""
+    tokens = batch.tokens if tokens is None else tokens
+    seqs = [action_sequence(tokens[i], batch.policy_mask[i], episode.names)
+            for i, episode in enumerate(batch.episodes)]
+    per_task = [set(seqs[j:j + n]) for j in range(0, len(seqs), n)]
+    return sum(len(distinct) for distinct in per_task) / len(per_task)
+
+
 @torch.no_grad()
 def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
     """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
@@ -50,9 +61,7 @@ def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED,
     batch = heldout_rollout(policy, tasks, n, seed, temperature)
     passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
     out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}
-    seqs = [action_sequence(batch.tokens[i], batch.policy_mask[i], batch.episodes[i].names)
-            for i in range(len(batch.episodes))]
-    out["distinct"] = sum(len(set(seqs[j * n:(j + 1) * n])) for j in range(len(tasks))) / len(tasks)
+    out["distinct"] = distinct_per_task(batch, n)
     out["reads"] = sum(e.reads for e in batch.episodes) / len(batch.episodes)
     out["malformed"] = sum(e.malformed for e in batch.episodes) / len(batch.episodes)
     out["passed_per_task"] = passed
