@@ -36,11 +36,13 @@ def test_clip_bounds_on_both_sides():
     assert frac == 0.25 and logp.grad[0, 0] == 0 and (logp.grad[0, 1:] != 0).all()
 
 
-def test_config_rejects_bad_values():
-    for bad in (dict(kl_coef=-0.1), dict(eps_high=-1), dict(temperature=0), dict(minibatches=3),
-                dict(group_size=0)):
-        with pytest.raises(ValueError):
-            RLConfig(**bad)
+@pytest.mark.parametrize("field, value, allowed", [
+    ("eps_low", 1.5, r"\[0, 1\)"), ("eps_low", -0.1, r"\[0, 1\)"), ("eps_high", -0.2, "non-negative"),
+    ("temperature", 0.0, "positive"), ("lr", float("nan"), "non-negative"), ("kl_coef", -0.1, "non-negative"),
+    ("minibatches", 3, "must divide"), ("group_size", 0, "positive integer")])
+def test_config_fields_are_refused_outside_their_range(field, value, allowed):
+    with pytest.raises(ValueError, match=allowed):
+        RLConfig(**{field: value})
 
 
 def test_train_rl_is_deterministic_and_moves_the_policy():

@@ -93,12 +93,7 @@ def test_regularized_config_rejects_bad_values():
         RegularizedConfig(kl_target=0.05)                               # beta 0 cannot adapt
 
 
-@pytest.mark.parametrize("field, value, allowed", [
-    ("eps_low", 1.5, r"\[0, 1\)"), ("eps_low", -0.1, r"\[0, 1\)"), ("eps_high", -0.2, "non-negative"),
-    ("temperature", 0.0, "positive"), ("lr", float("nan"), "non-negative")])
-def test_clip_bounds_and_other_fields_are_refused_outside_their_range(field, value, allowed):
-    with pytest.raises(ValueError, match=allowed):
-        RLConfig(**{field: value})
+
 
 
 def test_adaptive_kl_coef_against_a_hand_computation():
