@@ -48,7 +48,9 @@ def test_evaluate_scores_the_heldout_rollout_by_hand():
     assert [ep.names for ep in batch.episodes] == [ep.names for ep in heldout_prompts(tasks, n)]
 
 
-@pytest.mark.parametrize("tasks,n", [(HELDOUT_TASKS[:2], 0), ((), 4)])
-def test_an_evaluation_needs_tasks_and_attempts(tasks, n):
-    with pytest.raises(ValueError, match="at least one task and n >= 1"):
+@pytest.mark.parametrize("tasks,n,message", [(HELDOUT_TASKS[:2], 0, "n .* must be a positive integer"),
+                                              (HELDOUT_TASKS[:2], 2.5, "n .* must be a positive integer"),
+                                              ((), 4, "at least one task")])
+def test_an_evaluation_needs_tasks_and_attempts(tasks, n, message):
+    with pytest.raises(ValueError, match=message):
         evaluate(Policy(seed=0), tasks, n=n)

@@ -5,6 +5,7 @@ from math import comb
 
 import torch
 
+from .checks import positive_int
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS
 from .sampler import rollout, token_logprobs
@@ -46,8 +47,9 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
     """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
     episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
     too, so that their measurements describe the evaluated episodes themselves."""
-    if not (isinstance(n, int) and n >= 1) or not tasks:
-        raise ValueError(f"need at least one task and n >= 1 attempts, got {len(tasks)} tasks, n={n!r}")
+    positive_int("n (attempts per task)", n)
+    if not tasks:
+        raise ValueError("a held-out rollout needs at least one task")
     gen = torch.Generator().manual_seed(seed)
     return rollout(policy, [task for task in tasks for _ in range(n)], gen, temperature)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import trange
 
+from .checks import positive_int
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
@@ -49,9 +50,7 @@ class RLConfig:
             raise ValueError(f"unknown kl_kind {self.kl_kind!r}; allowed: "
                              f"{', '.join(self.allowed_kl_kinds)}")
         for name in ("tasks_per_step", "group_size", "epochs", "minibatches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, getattr(self, name))
         if not 0 <= self.eps_low < 1:
             raise ValueError(f"eps_low must be in [0, 1) so the ratio floor 1 - eps_low stays "
                              f"positive, got {self.eps_low}")
@@ -92,8 +91,7 @@ def behavior_stats(batch):
 def compute_advantages(rewards, group_size):
     """Group-normalized advantages (r - mean) / std within each group of attempts; exactly zero
     for a group whose rewards are identical. Returns (advantages, share of such groups)."""
-    if not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be a positive integer, got {group_size!r}")
+    positive_int("group_size", group_size)
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, "
                          f"got shape {tuple(rewards.shape)}")

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .checks import positive_int
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float64   # float32 rounding would flip samples and change whole runs
@@ -29,8 +30,7 @@ class PolicyConfig:
 
     def __post_init__(self):
         for name, value in asdict(self).items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            positive_int(name, value)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}): "
                              f"the heads split the embedding evenly")

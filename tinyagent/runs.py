@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .checks import positive_int
 from .evaluate import evaluate
 from .grpo import frozen_copy
 from .policy import load_rl_base
@@ -164,9 +165,8 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs"):
     runs are loaded; the others are computed in `workers` processes at one torch thread each
     (default: the TINYAGENT_WORKERS environment variable, else the number of cores), each
     written to the cache as it finishes. The results do not depend on the number of workers."""
-    workers = int(workers or os.environ.get("TINYAGENT_WORKERS", 0) or os.cpu_count())
-    if workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers}")
+    workers = positive_int("workers", int(workers or os.environ.get("TINYAGENT_WORKERS", 0)
+                                          or os.cpu_count()))
     results = [lookup(_run_config(**job)) for job in jobs]
     missing = [i for i, result in enumerate(results) if result is None]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(missing), desc=desc, disable=not progress)
