@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8, then 10_exercises
 # One torch thread per notebook: tests run two notebooks at once on two cores.
 export OMP_NUM_THREADS ?= 1
+# The pinned arithmetic (tinyagent/arithmetic.py): the same bits on any x86-64 machine. The package
+# sets these too; exporting them here covers every process make starts, before torch loads.
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= COMPATIBLE,STRICT
 # No progress bars in executed notebooks: their stored outputs must not depend on timing.
 export TINYAGENT_PROGRESS ?= 0
 EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \

@@ -1,4 +1,7 @@
 """TinyAgent: a tiny coding agent, its one-edit gym, Chapter 9's GRPO and Chapter 10's regularizers."""
+from .arithmetic import pin_environment
+
+pin_environment()     # before torch computes anything: see arithmetic.py
 from .evaluate import evaluate, pass_at_k
 from .grpo import (RLConfig, behavior_stats, compute_advantages, kl_penalty, policy_loss,
                    rl_update, sample_step, train_rl)
