@@ -62,7 +62,7 @@ def test_first_call_distribution_matches_teacher_forcing_of_every_well_formed_ca
         by_hand["ls"] = _call_probability(base, episode, [ID["ls"]])
         by_hand["submit"] = sum(_call_probability(base, episode, [ID[v]]) for v in ("submit", "done"))
         by_hand["malformed"] = 1.0 - sum(by_hand.values())
-        assert probs[p].tolist() == pytest.approx([by_hand[d] for d in DECISIONS], abs=1e-12)
+        assert probs[p].tolist() == pytest.approx([by_hand[d] for d in DECISIONS], abs=1e-5)  # float32
         if not task.needs_log:
             assert probs[p, DECISIONS.index("edit the decoy")] == 0.0
 

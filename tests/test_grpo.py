@@ -78,3 +78,65 @@ def test_group_sizes_and_counts_must_be_positive_integers():
         compute_advantages(torch.zeros(8, dtype=torch.float64), 0)
     with pytest.raises(ValueError, match="epochs must be a positive integer"):
         RLConfig(epochs=2.5)
+
+
+def test_config_refuses_nan_and_inf_coefficients():
+    for field in ("kl_coef", "lr", "eps_low", "eps_high", "temperature"):
+        for bad in (float("nan"), float("inf")):
+            if field == "eps_high" and bad == float("inf"):
+                continue                       # allowed: DAPO removes the ceiling
+            with pytest.raises(ValueError, match=f"{field} must be"):
+                RLConfig(**{field: bad})
+    assert RLConfig(eps_high=float("inf")).eps_high == float("inf")
+
+
+def test_config_refuses_a_group_of_one():
+    with pytest.raises(ValueError, match="group_size must be at least 2.*NaN"):
+        RLConfig(group_size=1, minibatches=1)
+
+
+def test_config_refuses_bools_and_non_integers_as_counts_and_seeds():
+    for name, bad in (("group_size", True), ("tasks_per_step", True), ("seed", 1.5),
+                      ("seed", "0"), ("seed", True), ("seed", -1)):
+        with pytest.raises((TypeError, ValueError), match=f"{name} must be"):
+            RLConfig(**{name: bad})
+
+
+def test_config_refuses_a_temperature_too_small_for_finite_log_probs():
+    with pytest.raises(ValueError, match="temperature must be .*at least 1e-3"):
+        RLConfig(temperature=1e-40)
+
+
+def test_config_stores_numbers_in_their_fields_types():
+    import numpy as np
+    from dataclasses import asdict
+    assert RLConfig(kl_coef=0, lr=1) == RLConfig(kl_coef=0.0, lr=1.0)
+    assert asdict(RLConfig(kl_coef=0)) == asdict(RLConfig())
+    assert type(RLConfig(kl_coef=0).kl_coef) is float and type(RLConfig(seed=np.int64(3)).seed) is int
+
+
+def test_policy_loss_refuses_advantages_that_are_not_one_per_episode():
+    cfg, mask = RLConfig(), torch.ones(2, 3, dtype=torch.bool)
+    logp = torch.zeros(2, 3, **F64)
+    for bad in (torch.zeros(2, 3, **F64), torch.zeros(3, **F64), torch.zeros(1, **F64)):
+        with pytest.raises(ValueError, match=r"advantages must be a tensor \(B,\), one per episode"):
+            policy_loss(logp, logp, bad, mask, cfg)
+    with pytest.raises(ValueError, match="advantages must not contain NaN"):
+        policy_loss(logp, logp, torch.tensor([0.0, float("nan")], **F64), mask, cfg)
+
+
+def test_chapter9_refuses_bad_arguments_before_training(capsys):
+    from tinyagent import chapter9
+    for argv in (["--steps", "-5"], ["--steps", "0"], ["--group-size", "1"], ["--kl-coef", "inf"],
+                 ["--lr", "nan"], ["--kl-kind", "k4"], ["--checkpoint", "missing.bin"]):
+        with pytest.raises(SystemExit) as stopped:
+            chapter9.parse_args(argv)
+        assert stopped.value.code == 2 and "error:" in capsys.readouterr().err, argv
+
+
+def test_chapter9_exposes_every_config_field():
+    from tinyagent import chapter9
+    args = chapter9.parse_args(["--steps", "3", "--kl-coef", "0.1", "--eps-high", "inf",
+                                "--group-size", "4", "--seed", "7"])
+    assert args.steps == 3 and args.cfg == RLConfig(kl_coef=0.1, eps_high=float("inf"),
+                                                    group_size=4, seed=7)

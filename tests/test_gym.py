@@ -1,8 +1,8 @@
 import torch
 import pytest
 
-from tinyagent.gym import (BLIND_CEILING, HELDOUT_TASKS, MAX_CALLS, TRAIN_TASKS, Episode,
-                           parse_call)
+from tinyagent.gym import (BLIND_CEILING, HELDOUT_TASKS, MAX_CALL_TOKENS, MAX_CALLS, TRAIN_TASKS,
+                           Episode, call_ended, parse_call)
 from tinyagent.vocab import ID, VOCAB_SIZE, WORDS, decode, encode
 
 
@@ -112,3 +112,11 @@ def test_names_are_redrawn_every_episode():
     g = gen()
     names = {Episode.start(TRAIN_TASKS[0], g).names for _ in range(20)}
     assert len(names) == 20
+
+
+def test_a_call_ends_at_its_closing_token_or_at_the_longest_valid_call():
+    assert MAX_CALL_TOKENS == len(encode("<call> read tests </call>"))
+    assert not call_ended([]) and not call_ended(encode("<call> read tests"))
+    assert call_ended(encode("</call>")) and call_ended(encode("<call> ls </call>"))
+    assert call_ended(encode("<call> read tests tests"))          # cut there, and malformed
+    assert parse_call(encode("<call> read tests tests"), ()) is None

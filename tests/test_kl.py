@@ -26,18 +26,11 @@ def _grad_of(kind, logp, ref_logp):
     return grad
 
 
-def test_kinds_are_the_three_estimators_and_their_straight_through_versions():
-    assert set(KL_ESTIMATE_KINDS) == set(KL_KINDS) | {kind + "+" for kind in KL_KINDS}
+def test_straight_through_kinds_keep_their_estimators_value_exactly():
     logp, ref_logp = torch.tensor([-0.2, -1.5, -3.0]), torch.tensor([-0.9, -0.4, -2.0])
-    for kind in KL_ESTIMATE_KINDS:                     # every kind's value is its estimator's
-        torch.testing.assert_close(kl_estimate(logp, ref_logp, kind),
-                                   kl_penalty(logp, ref_logp, kind.rstrip("+")), rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("kind", KL_KINDS)
-def test_values_equal_kl_penalty(kind):
-    logp, ref_logp = _logps()
-    assert torch.equal(kl_estimate(logp, ref_logp, kind), kl_penalty(logp, ref_logp, kind))
+    for kind in KL_KINDS:                              # g - g.detach() + v.detach() is v exactly
+        torch.testing.assert_close(kl_estimate(logp, ref_logp, kind + "+"),
+                                   kl_penalty(logp, ref_logp, kind), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kind", KL_KINDS)
@@ -172,3 +165,48 @@ def test_the_leaf_imports_only_torch():
                 for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported and all(name.split(".")[0] == "torch" for name in imported), imported
+
+
+def test_masks_of_another_shape_or_type_are_refused():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]], **F64)
+    logp, ref_logp = _logps(shape=(2, 2))
+    broadcasting = torch.tensor([True, False])             # (2,) broadcasts against (2, 2)
+    for call in (lambda m: tinyagent.kl.masked_mean(x, m), lambda m: mismatch_kl(logp, ref_logp, m),
+                 lambda m: sequence_kl(logp, ref_logp, m)):
+        with pytest.raises(ValueError, match=r"mask must have the shape of \w+ \(2, 2\)"):
+            call(broadcasting)
+        with pytest.raises(TypeError, match="mask must be a bool tensor"):
+            call(torch.ones(2, 2, **F64))                  # a float mask would weight positions
+    with pytest.raises(ValueError, match="trainer_logp and sampler_logp must have the same shape"):
+        mismatch_kl(logp, ref_logp[:, :1], torch.ones(2, 2, dtype=torch.bool))
+
+
+def test_a_mask_that_selects_nothing_is_an_error_not_nan():
+    x = torch.zeros(2, 3, **F64)
+    none = torch.zeros(2, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match="mask selects no position"):
+        tinyagent.kl.masked_mean(x, none)
+    with pytest.raises(ValueError, match="mask selects no position"):
+        policy_entropy(torch.zeros(0, 5, **F64), none)     # packed: no policy position at all
+    with pytest.raises(ValueError, match="mask selects no position"):
+        mismatch_kl(x, x, none)
+
+
+def test_values_at_masked_out_positions_do_not_reach_the_result():
+    mask = torch.tensor([[True, False, True]])
+    for bad in (float("nan"), float("inf")):
+        x = torch.tensor([[1.0, bad, 3.0]], **F64, requires_grad=True)
+        mean = tinyagent.kl.masked_mean(x, mask)
+        mean.backward()
+        assert mean.item() == 2.0 and x.grad.tolist() == [[0.5, 0.0, 0.5]]
+    logp = torch.tensor([[-1.0, float("inf"), -2.0]], **F64)        # padding holding inf
+    ref = torch.tensor([[-1.5, 0.0, -1.0]], **F64)
+    assert sequence_kl(logp, ref, mask).tolist() == pytest.approx([0.5 - 1.0])
+
+
+def test_impossible_tokens_add_nothing_to_the_entropy_or_its_gradient():
+    logprobs = torch.tensor([[0.0, -math.inf, -math.inf], [math.log(0.5)] * 2 + [-math.inf]],
+                            **F64, requires_grad=True)
+    value = entropy_bonus(logprobs, torch.ones(2, dtype=torch.bool))
+    value.backward()
+    assert value.item() == pytest.approx(math.log(2) / 2) and torch.isfinite(logprobs.grad).all()

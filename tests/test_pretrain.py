@@ -7,7 +7,7 @@ import torch
 
 from tinyagent.evaluate import evaluate, heldout_rollout
 from tinyagent.grpo import policy_entropy
-from tinyagent.gym import TRAIN_TASKS
+from tinyagent.gym import N_FUNCTIONS, TRAIN_TASKS, parse_call
 from tinyagent import pretrain
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.pretrain import (CHECKPOINT, DemoConfig, SFTConfig, compare, demonstrate,
@@ -40,9 +40,17 @@ def test_demonstrations_are_valid_episodes_and_deterministic():
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     tokens, mask = a
     assert mask.any(1).all()
-    # every policy-token run is a well-formed call ending in </call>
-    ends = tokens[mask] == ID["</call>"]
-    assert ends.sum() >= 2 * len(tokens)
+    # every policy-token run is a call that the gym's parser accepts, and every demo ends in submit
+    for row, row_mask in zip(tokens.tolist(), mask.tolist()):
+        names = tuple(row[2:2 + 2 * N_FUNCTIONS:2])          # `<bos> <task> name kind ×5 </task>`
+        runs = [[]]
+        for tok, policy in zip(row, row_mask):
+            if policy:
+                runs[-1].append(tok)
+            elif runs[-1]:
+                runs.append([])
+        calls = [parse_call(run, names) for run in runs if run]
+        assert None not in calls and len(calls) >= 2 and calls[-1] == ("submit", None)
 
 
 def test_demonstrator_reads_about_a_fifth_of_the_time():
@@ -64,7 +72,7 @@ def test_a_few_sft_steps_are_deterministic_and_lower_the_loss():
         runs.append((losses, torch.cat([p.flatten() for p in policy.parameters()])))
     assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
     assert runs[0][0][-1] < runs[0][0][0]
-    assert policy.head.weight.dtype == torch.float64
+    assert policy.head.weight.dtype == torch.float32
 
 
 def test_short_sft_gives_the_same_bytes_twice_and_under_one_or_two_threads(tmp_path):
@@ -127,3 +135,17 @@ def test_help_runs_without_a_runtime_warning():
 def test_shipped_checkpoint_loads_with_its_checksum():
     assert CHECKPOINT.with_suffix(".sha256").exists()
     assert load_rl_base().num_params() == Policy().num_params()
+
+
+def test_the_shipped_checkpoint_under_any_spelling_needs_replace(tmp_path, monkeypatch, capsys):
+    def no_training(progress):
+        raise AssertionError("main started training")
+    monkeypatch.setattr(pretrain, "build_rl_base", no_training)
+    (tmp_path / "link.pt").symlink_to(CHECKPOINT)
+    relative = os.path.relpath(CHECKPOINT.parent / ".." / "checkpoints" / CHECKPOINT.name)
+    shipped = CHECKPOINT.read_bytes()
+    for out in (relative, str(tmp_path / "link.pt")):
+        with pytest.raises(SystemExit) as stopped:
+            main(["--out", out])
+        assert stopped.value.code == 2 and "takes --replace" in capsys.readouterr().err
+    assert CHECKPOINT.read_bytes() == shipped

@@ -98,3 +98,83 @@ def test_one_and_two_workers_give_bitwise_the_same_runs(tmp_path, monkeypatch):
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         runs.regularized_runs([], workers=-1)
+
+
+def test_an_empty_TINYAGENT_RUNS_does_not_put_the_cache_in_the_current_directory(tmp_path):
+    import os
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", "from tinyagent import runs; print(runs.CACHE_DIR)"],
+                          env={**os.environ, "TINYAGENT_RUNS": ""}, cwd=tmp_path,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(runs.PACKAGE.parent / ".cache" / "runs")
+
+
+def test_a_readable_entry_of_the_wrong_structure_is_recomputed(tmp_path, capsys):
+    compute, calls = counting({"value": 1})
+    cached({"k": 1}, compute, tmp_path)
+    (path,) = tmp_path.glob("*.pt")
+    other = tmp_path / f"{run_key({'k': 2})}.pt"
+    for entry in ([1, 2, 3], {"value": 1}, "a string"):            # not what `cached` writes
+        torch.save(entry, path)
+        assert cached({"k": 1}, compute, tmp_path) == {"value": 1}
+    wants_eval = lambda result: "eval" in result                   # noqa: E731
+    assert cached({"k": 1}, lambda: {"eval": 2}, tmp_path, check=wants_eval) == {"eval": 2}
+    with pytest.raises(ValueError, match="its check refuses"):
+        cached({"k": 3}, compute, tmp_path, check=wants_eval)
+    path.rename(other)                                             # an entry under another key
+    assert cached({"k": 2}, compute, tmp_path) == {"value": 1}
+    printed = capsys.readouterr().out
+    assert len(calls) == 6 and printed.count("unreadable") == 5 and "wrong structure" in printed
+
+
+def test_a_result_that_could_not_be_read_back_is_refused_before_it_is_written(tmp_path):
+    import numpy as np
+    compute, calls = counting({"history": [{"reward": np.float64(0.5)}]})
+    with pytest.raises(TypeError, match=r"\['history'\]\[0\]\['reward'\] is a numpy.float64"):
+        cached({"k": 1}, compute, tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.suffix != ".lock"]
+
+
+def test_keys_refuse_what_is_not_plain_data_and_equal_configs_share_one():
+    from dataclasses import asdict
+    from tinyagent.regularize import RegularizedConfig
+    for bad in ({"x": torch.zeros(100)}, {"x": object()}, {1: "a"}):
+        with pytest.raises(TypeError, match=r"config(\['x'\] is a| has the key)"):
+            run_key(bad)
+    assert (run_key({"cfg": asdict(RegularizedConfig(kl_coef=0, entropy_coef=0))})
+            == run_key({"cfg": asdict(RegularizedConfig(kl_coef=0.0, entropy_coef=0.0))}))
+
+
+def test_a_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def disk_full(obj, f):
+        f.write(b"half an entry")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        cached({"k": 1}, lambda: {"value": 1}, tmp_path)
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.pt"))
+
+
+def test_reading_an_entry_takes_no_lock(tmp_path, monkeypatch):
+    compute, calls = counting({"value": 1})
+    cached({"k": 1}, compute, tmp_path)
+    for lock in tmp_path.glob("*.lock"):
+        lock.unlink()
+
+    def no_lock(*args):
+        raise PermissionError("the cache is read-only")
+    monkeypatch.setattr(runs.fcntl, "flock", no_lock)
+    assert cached({"k": 1}, compute, tmp_path) == {"value": 1} and len(calls) == 1
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_the_code_hash_ignores_docstrings_and_comments_but_not_code():
+    source = (runs.PACKAGE / "grpo.py").read_text()
+    assert '"""Chapter 9:' in source and "# (B, T)" in source and "1 - cfg.eps_low" in source
+    prose = (source.replace('"""Chapter 9:', '"""Chapter Nine:', 1)
+             .replace("# (B, T)", "# shape (B, T)")
+             .replace('"""PPO\'s clipped', '"""The clipped', 1))
+    assert prose != source and runs.source_digest(prose) == runs.source_digest(source)
+    code = source.replace("1 - cfg.eps_low", "1 - 0.5 * cfg.eps_low", 1)
+    assert runs.source_digest(code) != runs.source_digest(source)

@@ -26,7 +26,8 @@ def test_sampler_logprobs_equal_a_full_recompute():
     logp, _ = token_logprobs(Policy(seed=1), batch.tokens, batch.temperature)
     mask = batch.policy_mask
     assert mask.any()
-    assert torch.allclose(logp[mask], batch.logp[mask], atol=1e-12, rtol=0)
+    # the float32 policy's logits, one token at a time against the whole sequence: rounding apart
+    assert torch.allclose(logp[mask].double(), batch.logp[mask], atol=1e-5, rtol=0)
     assert (batch.logp[~mask] == 0).all()
 
 
@@ -36,9 +37,9 @@ def test_log_probs_at_policy_positions_equal_the_full_computation():
     full_logp, full_dist = token_logprobs(policy, batch.tokens, 1.3)
     logp, dist = token_logprobs(policy, batch.tokens, 1.3, mask)
     assert dist.shape == (int(mask.sum()), full_dist.shape[-1])          # (N, V), not (B, T, V)
-    torch.testing.assert_close(logp[mask], full_logp[mask], atol=1e-12, rtol=0)
+    torch.testing.assert_close(logp[mask], full_logp[mask], atol=1e-5, rtol=0)
     assert (logp[~mask] == 0).all()
-    torch.testing.assert_close(dist, full_dist[mask], atol=1e-12, rtol=0)
+    torch.testing.assert_close(dist, full_dist[mask], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="False at position 0"):
         token_logprobs(policy, batch.tokens, 1.0, torch.ones_like(mask))
 
@@ -53,7 +54,7 @@ def test_masked_log_probs_carry_the_same_gradient():
         entropy = entropy[batch.policy_mask] if mask is None else entropy
         ((logp * batch.policy_mask).sum() + entropy.sum()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
-    torch.testing.assert_close(grads[0], grads[1], atol=1e-10, rtol=0)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-3)   # float32 rounding
 
 
 def test_prefill_fills_the_cache_as_one_token_steps_do():
@@ -64,9 +65,9 @@ def test_prefill_fills_the_cache_as_one_token_steps_do():
         logits_a = policy.prefill(prompt, cache_a)
         for pos in range(13):
             logits_b = policy.step(prompt[:, pos], pos, cache_b)
-    torch.testing.assert_close(logits_a, logits_b, atol=1e-12, rtol=0)
+    torch.testing.assert_close(logits_a, logits_b, atol=1e-5, rtol=0)
     for (ka, va), (kb, vb) in zip(cache_a, cache_b):
-        torch.testing.assert_close(ka[:, :, :13], kb[:, :, :13], atol=1e-12, rtol=0)
+        torch.testing.assert_close(ka[:, :, :13], kb[:, :, :13], atol=1e-5, rtol=0)
 
 
 def test_inverse_cdf_sampling_follows_the_distribution():
@@ -84,20 +85,20 @@ def test_bad_temperature():
 SCRIPT = """
 import torch, hashlib
 torch.set_num_threads({threads})
+from tinyagent.evaluate import heldout_rollout
 from tinyagent.policy import Policy
-from tinyagent.gym import TRAIN_TASKS
-from tinyagent.sampler import rollout
-b = rollout(Policy(seed=1), [TRAIN_TASKS[i // 8] for i in range(64)], torch.Generator().manual_seed(0))
-print(hashlib.sha256(b.tokens.numpy().tobytes()).hexdigest(), b.logp.sum().item())
+b = heldout_rollout(Policy(seed=1), n=8)
+print(torch.get_num_threads(), hashlib.sha256(b.tokens.numpy().tobytes() + b.logp.numpy().tobytes()).hexdigest())
 """
 
 
-def test_one_and_two_threads_give_the_same_episodes_bitwise():
+def test_the_held_out_rollout_is_bitwise_the_same_whatever_the_callers_threads():
+    """Measured: on two threads a float32 product of a few rows rounds differently, so the
+    held-out rollout (like training) runs on one thread and gives the caller back its own."""
     out = [subprocess.run([sys.executable, "-c", SCRIPT.format(threads=t)], capture_output=True,
-                          text=True, check=True).stdout for t in (1, 2)]
-    (tokens_1, logp_1), (tokens_2, logp_2) = (o.split() for o in out)
-    assert tokens_1 == tokens_2                     # the same episodes, bitwise
-    assert abs(float(logp_1) - float(logp_2)) < 1e-9   # log-probs to rounding (summed over 64)
+                          text=True, check=True).stdout.split() for t in (1, 2)]
+    assert [threads for threads, _ in out] == ["1", "2"]
+    assert out[0][1] == out[1][1]
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("inf"), float("nan")])

@@ -1,80 +1,41 @@
 """`make bench`: how fast TinyAgent trains on this machine (a benchmark, not a test).
 
-Times a 40-step run of Chapter 9's default configuration from the RL base agent plus one
-held-out evaluation (10 tasks x 16 attempts) at one torch thread and at two, splits a step into
-sampling and update, times two such runs side by side in two worker processes (how the notebooks
-compute their runs), compares the model's arithmetic rate with this machine's own float64
-matrix-multiply rate, and splits a step's operator time by what the operators compute, which
-says where the rest of the time goes.
+Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
+9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
+attempts), at one torch thread and at two, and two such runs side by side in two worker processes
+(how the notebooks compute their runs). Then a profile of a few one-thread steps splits a step
+into sampling and updating, and the operator time by what the operators compute: where the time
+goes. The arithmetic is the pinned one (arithmetic.py) unless the environment says otherwise.
 """
+import argparse
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from multiprocessing import get_context
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from .arithmetic import arithmetic_in_force
 from .evaluate import evaluate
-from .grpo import RLConfig, compute_advantages, frozen_copy, rl_update, sample_step
+from .grpo import RLConfig, frozen_copy, train_rl
 from .policy import load_rl_base
-from .vocab import PAD
 
 STEPS = 40
-# Floating-point operations per parameter per token: sampling (2), the pi_old and reference
-# forwards (2 + 2), the update's forward and backward (6). Attention's own arithmetic is left
-# out (it is small).
-FLOPS_PER_PARAM_TOKEN = 2 + 2 + 2 + 6
-
-
-def matmul_gflops(n=512, repeats=20):
-    """Measured float64 GEMM rate (GFLOP/s), the arithmetic ceiling for our float64 model."""
-    a = torch.randn(n, n, dtype=torch.float64)
-    b = torch.randn(n, n, dtype=torch.float64)
-    a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e9
-
-
-class DefaultRun:
-    """Chapter 9's default run from the RL base agent, advanced one step at a time."""
-
-    def __init__(self, seed=0):
-        self.policy = load_rl_base()
-        self.reference = frozen_copy(self.policy)
-        self.cfg = replace(RLConfig(), seed=seed)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.lr)
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def step(self):
-        """Sample a batch and update on it; returns (seconds sampling, seconds updating, episode
-        tokens (not padding) in the batch)."""
-        t0 = time.perf_counter()
-        batch = sample_step(self.policy, self.cfg, self.gen)
-        t1 = time.perf_counter()
-        advantages, _ = compute_advantages(batch.rewards, self.cfg.group_size)
-        rl_update(self.policy, self.reference, self.optimizer, batch, advantages, self.cfg, self.gen)
-        return t1 - t0, time.perf_counter() - t1, int((batch.tokens != PAD).sum())
 
 
 def timed_run(threads, seed=0, steps=STEPS):
-    """One run + held-out evaluation at `threads` torch threads: wall-clock seconds in total,
-    sampling, update and evaluation, and the episode tokens (not padding) it processed."""
+    """One run + held-out evaluation at `threads` torch threads: wall-clock seconds training,
+    evaluating and in total."""
     torch.set_num_threads(threads)
-    run = DefaultRun(seed)
-    out = {"sampling": 0.0, "update": 0.0, "tokens": 0}
+    policy = load_rl_base()
+    reference = frozen_copy(policy)
     start = time.perf_counter()
-    for _ in range(steps):
-        for key, value in zip(("sampling", "update", "tokens"), run.step()):
-            out[key] += value
-    t_eval = time.perf_counter()
-    evaluate(run.policy, reference=run.reference)
-    out["evaluation"] = time.perf_counter() - t_eval
-    out["total"] = time.perf_counter() - start
-    return out
+    train_rl(policy, RLConfig(seed=seed), steps=steps, reference=reference, progress=False)
+    trained = time.perf_counter()
+    evaluate(policy, reference=reference)
+    end = time.perf_counter()
+    return {"training": trained - start, "evaluation": end - trained, "total": end - start}
 
 
 # Which aten operators (forward and backward) compute what, for the step profile.
@@ -87,26 +48,26 @@ OPERATOR_GROUPS = {
                                   "aten::_log_softmax_backward_data", "aten::_softmax_backward_data"),
     "layer norm": ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
 }
+PHASES = ("sampling", "update")     # the labels train_rl gives its two halves
 
 
 def step_profile(steps=4):
-    """Self CPU time of `steps` one-thread steps (after a warm-up step) by operator group, as
-    shares of all operator time, and the operators' share of the wall-clock time (the rest is
-    Python between them). The profiler adds overhead of its own, so the shares are approximate."""
+    """`steps` one-thread steps of `train_rl` under the profiler: seconds per step in each of
+    PHASES, and the self CPU time of the operators by group, as shares of all operator time. The
+    profiler adds overhead of its own, so the numbers are approximate."""
     torch.set_num_threads(1)
-    run = DefaultRun()
-    run.step()
+    policy = load_rl_base()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            run.step()
-        wall = time.perf_counter() - start
+        train_rl(policy, RLConfig(), steps=steps, progress=False)
     group_of = {name: group for group, names in OPERATOR_GROUPS.items() for name in names}
-    seconds = Counter()
+    seconds, phases = Counter(), {}
     for event in prof.key_averages():
-        seconds[group_of.get(event.key, "other operators")] += event.self_cpu_time_total / 1e6
+        if event.key in PHASES:
+            phases[event.key] = event.cpu_time_total / 1e6 / steps
+        elif event.key.startswith("aten::"):
+            seconds[group_of.get(event.key, "other operators")] += event.self_cpu_time_total / 1e6
     total = sum(seconds.values())
-    return {group: t / total for group, t in seconds.most_common()}, total / wall
+    return phases, {group: t / total for group, t in seconds.most_common()}
 
 
 def _one_thread_run(seed):
@@ -121,27 +82,24 @@ def side_by_side(seeds=(0, 1)):
     return time.perf_counter() - start
 
 
-def main():
-    n_params = load_rl_base().num_params()
-    gemm = {}
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(argv)
+    state = arithmetic_in_force()
+    print(f"arithmetic: torch kernels {state['torch kernels']}, MKL branch {state['MKL branch']} "
+          f"({'pinned' if state['pinned'] else 'NOT the pinned arithmetic'}); "
+          f"policy in {load_rl_base().head.weight.dtype}")
     print(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
     for threads in (1, 2):
         r = timed_run(threads)
-        torch.set_num_threads(threads)
-        gemm[threads] = matmul_gflops()
-        model = r["tokens"] * n_params * FLOPS_PER_PARAM_TOKEN / (r["sampling"] + r["update"]) / 1e9
-        print(f"  {threads} thread{'s' if threads > 1 else ' '}  total {r['total']:5.1f} s | per step: "
-              f"sampling {r['sampling'] / STEPS:.3f} s, update {r['update'] / STEPS:.3f} s | "
-              f"evaluation {r['evaluation']:.2f} s")
-        print(f"             model {model:5.1f} GFLOP/s against a float64 GEMM of {gemm[threads]:5.1f} "
-              f"GFLOP/s ({model / gemm[threads]:.0%}; {r['tokens'] / STEPS:.0f} episode tokens a step)")
+        print(f"  {threads} thread{'s' if threads > 1 else ' '}  total {r['total']:5.1f} s "
+              f"(training {r['training']:5.1f} s, evaluation {r['evaluation']:.2f} s)")
     both = side_by_side()
     print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
           f"{both / 2:5.1f} s a run")
-    shares, in_operators = step_profile()
-    print(f"one-thread step, operator time by what it computes ({in_operators:.0%} of the wall "
-          f"clock is inside operators):")
-    print("  " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
+    phases, shares = step_profile()
+    print("one-thread step under the profiler: " + ", ".join(
+        f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES))
+    print("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
 
 
 if __name__ == "__main__":

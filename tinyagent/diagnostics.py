@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from .evaluate import ATTEMPTS, EVAL_SEED
-from .gym import CALL, END_CALL, HELDOUT_TASKS, MAX_CALL_TOKENS, Episode, parse_call
+from .gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
+                  call_ended, parse_call)
 from .kl import kl_penalty
 from .sampler import token_logprobs
 from .vocab import ID, KIND_IDS, NAME_IDS, WORDS
@@ -41,11 +42,13 @@ def run_summary(run, late_steps=10):
 
 # ------------------------------------------------------------------ the first call's decision
 
-# Every well-formed first call, by what it does. A call is `<call> verb [argument] </call>`; any
-# other sequence of up to four policy tokens does not parse, so "malformed" is what remains.
+# Every well-formed first call, by what it does. A call is `<call> verb [argument] </call>` (the
+# gym's grammar: `gym.SPELLINGS`, `gym.parse_call`); any other sequence of policy tokens up to the
+# end of a call does not parse, so "malformed" is what remains.
 DECISIONS = ("read tests", "read log", "read src", "edit the bug", "edit the decoy",
              "edit another", "ls", "submit", "malformed")
-_NO_ARGUMENT = ("ls", "submit", "done")
+_NO_ARGUMENT = (WORDS[LS], *SPELLINGS["submit"])
+_VERBS = (*SPELLINGS["read"], *SPELLINGS["edit"], *_NO_ARGUMENT)   # every verb's every spelling
 
 
 def heldout_prompts(tasks=HELDOUT_TASKS, attempts=ATTEMPTS, seed=EVAL_SEED):
@@ -56,14 +59,17 @@ def heldout_prompts(tasks=HELDOUT_TASKS, attempts=ATTEMPTS, seed=EVAL_SEED):
 
 
 def _decision(episode, verb, argument=None):
-    """What the call `<call> verb [argument] </call>` does in `episode`, as one of DECISIONS."""
-    if verb in ("read", "cat"):
-        return f"read {WORDS[argument]}"
-    if verb in ("edit", "patch"):
-        i, task = episode.names.index(argument), episode.task
-        return ("edit the bug" if i == task.bug else
-                "edit the decoy" if i == task.decoy else "edit another")
-    return "ls" if verb == "ls" else "submit"
+    """What the well-formed call `<call> verb [argument] </call>` (token ids) does in `episode`,
+    as one of DECISIONS, read by the gym's `parse_call`."""
+    body = (verb,) if argument is None else (verb, argument)
+    action, arg = parse_call((CALL, *body, END_CALL), episode.names)
+    if action == "read":
+        return f"read {WORDS[arg]}"
+    if action == "edit":
+        task = episode.task
+        return ("edit the bug" if arg == task.bug else
+                "edit the decoy" if arg == task.decoy else "edit another")
+    return action                                             # "ls" or "submit"
 
 
 def _copy_rows(cache, rows):
@@ -86,16 +92,15 @@ def first_call_distribution(policy, episodes):
     opened = F.log_softmax(policy.prefill(prompts, cache), -1)[:, CALL]        # (P,)
     verb_logp = F.log_softmax(policy.step(torch.full((P,), CALL), L, cache), -1)   # (P, V)
     probs = torch.zeros(P, len(DECISIONS), dtype=torch.float64)
-    for verb in ("read", "cat", "edit", "patch") + _NO_ARGUMENT:
+    for verb in _VERBS:
         branch = _copy_rows(cache, torch.arange(P))
         so_far = opened + verb_logp[:, ID[verb]]                                # (P,)
         after_verb = F.log_softmax(policy.step(torch.full((P,), ID[verb]), L + 1, branch), -1)
         if verb in _NO_ARGUMENT:                                  # `<call> verb </call>`
-            probs[:, DECISIONS.index(_decision(None, verb))] += (
+            probs[:, DECISIONS.index(_decision(episodes[0], ID[verb]))] += (
                 so_far + after_verb[:, END_CALL]).exp()
             continue
-        arguments = torch.tensor([[ID[f] for f in ("tests", "log", "src")]] * P
-                                 if verb in ("read", "cat") else
+        arguments = torch.tensor([[TESTS, LOG, SRC]] * P if verb in SPELLINGS["read"] else
                                  [list(e.names) for e in episodes])            # (P, A)
         rows = torch.arange(P).repeat_interleave(arguments.shape[1])           # (P * A,)
         so_far = (so_far[:, None] + after_verb.gather(1, arguments)).reshape(-1)   # (P * A,)
@@ -103,7 +108,7 @@ def first_call_distribution(policy, episodes):
         closed = F.log_softmax(policy.step(args, L + 2, _copy_rows(branch, rows)), -1)
         for p, arg, value in zip(rows.tolist(), args.tolist(),
                                  (so_far + closed[:, END_CALL]).exp().tolist()):
-            probs[p, DECISIONS.index(_decision(episodes[p], verb, arg))] += value
+            probs[p, DECISIONS.index(_decision(episodes[p], ID[verb], arg))] += value
     probs[:, -1] = (1.0 - probs[:, :-1].sum(1)).clamp(min=0.0)
     return probs
 
@@ -129,13 +134,14 @@ def decision_kls(probs, ref_probs):
 # ------------------------------------------------------------------ held-out episodes, call by call
 
 def split_calls(tokens, mask):
-    """An episode's calls as the sampler cuts them: [(positions, call tokens)], a call ending at
-    `</call>` or after MAX_CALL_TOKENS policy tokens. `tokens` and `mask` are one row (T,)."""
+    """An episode's calls as the sampler cuts them: [(positions, call tokens)], each ending where
+    the gym's `call_ended` says (at `</call>` or after MAX_CALL_TOKENS policy tokens). `tokens` and
+    `mask` are one row (T,)."""
     calls, positions, call = [], [], []
     for pos in mask.nonzero()[:, 0].tolist():
         positions.append(pos)
         call.append(int(tokens[pos]))
-        if call[-1] == END_CALL or len(call) == MAX_CALL_TOKENS:
+        if call_ended(call):
             calls.append((positions, call))
             positions, call = [], []
     if call:                                      # cut short by the context length

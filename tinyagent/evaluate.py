@@ -5,6 +5,7 @@ from math import comb
 
 import torch
 
+from .arithmetic import torch_threads
 from .checks import positive_int
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS
@@ -43,6 +44,7 @@ def distinct_per_task(batch, n, tokens=None):
 
 
 @torch.no_grad()
+@torch_threads(1)                 # the pinned arithmetic is one thread's (arithmetic.py)
 def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
     """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
     episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
@@ -55,6 +57,7 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
 
 
 @torch.no_grad()
+@torch_threads(1)
 def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
              temperature=1.0):
     """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action

@@ -6,9 +6,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 from tqdm.auto import trange
 
-from .checks import positive_int
+from .arithmetic import torch_threads, warn_if_unpinned
+from .checks import finite_nonnegative, positive_int, real_number, seed_int
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
@@ -46,20 +48,29 @@ class RLConfig:
     allowed_kl_kinds = KL_KINDS  # (a class attribute, not a field)
 
     def __post_init__(self):
+        # Each field is checked and stored in its own type (kl_coef=0 becomes 0.0), so that equal
+        # configs compare, print and key the run cache alike. NaN and inf are refused: one step
+        # with either turns every parameter NaN while the logged reward still looks healthy.
+        set_field = object.__setattr__.__get__(self)
         if self.kl_kind not in self.allowed_kl_kinds:
             raise ValueError(f"unknown kl_kind {self.kl_kind!r}; allowed: "
                              f"{', '.join(self.allowed_kl_kinds)}")
         for name in ("tasks_per_step", "group_size", "epochs", "minibatches"):
-            positive_int(name, getattr(self, name))
-        if not 0 <= self.eps_low < 1:
-            raise ValueError(f"eps_low must be in [0, 1) so the ratio floor 1 - eps_low stays "
-                             f"positive, got {self.eps_low}")
-        for name in ("eps_high", "lr", "kl_coef"):
-            value = getattr(self, name)
-            if math.isnan(value) or value < 0:
-                raise ValueError(f"{name} must be non-negative, got {value}")
-        if not 0 < self.temperature < math.inf:
-            raise ValueError(f"temperature must be positive and finite, got {self.temperature}")
+            set_field(name, positive_int(name, getattr(self, name)))
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be at least 2: advantages compare the attempts "
+                             f"of a group, and the std of one reward is NaN (got {self.group_size})")
+        set_field("seed", seed_int("seed", self.seed))
+        set_field("eps_low", real_number("eps_low", self.eps_low, lambda v: 0 <= v < 1,
+                                         "in [0, 1) so the ratio floor 1 - eps_low stays positive"))
+        set_field("eps_high", real_number("eps_high", self.eps_high, lambda v: v >= 0,
+                                          "non-negative (math.inf removes the ceiling, as DAPO)"))
+        for name in ("lr", "kl_coef"):
+            set_field(name, finite_nonnegative(name, getattr(self, name)))
+        set_field("temperature", real_number(
+            "temperature", self.temperature, lambda v: 1e-3 <= v < math.inf,
+            "positive and finite, at least 1e-3 (below it sampling is greedy, and logits / "
+            "temperature overflow to NaN log-probs near 1e-38)"))
         if self.episodes_per_step % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide the "
                              f"{self.episodes_per_step} episodes of a step")
@@ -106,6 +117,14 @@ def compute_advantages(rewards, group_size):
 def policy_loss(logp, old_logp, advantages, mask, cfg):
     """PPO's clipped surrogate, token-mean over the policy tokens of a minibatch.
     `advantages` is per episode (B,), broadcast over its tokens. Returns (loss, clip fraction)."""
+    if logp.ndim != 2 or old_logp.shape != logp.shape:
+        raise ValueError(f"logp and old_logp must be (B, T) of the same shape, got "
+                         f"{tuple(logp.shape)} and {tuple(old_logp.shape)}")
+    if not isinstance(advantages, torch.Tensor) or advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be a tensor (B,), one per episode (row of logp, "
+                         f"B={logp.shape[0]}), got {getattr(advantages, 'shape', advantages)!r}")
+    if advantages.isnan().any():
+        raise ValueError("advantages must not contain NaN (a group of one reward has NaN std)")
     ratio = torch.exp(logp - old_logp)                                   # (B, T)
     adv = advantages[:, None]                                            # (B, 1)
     clipped = torch.clamp(ratio, 1 - cfg.eps_low, 1 + cfg.eps_high)
@@ -124,21 +143,33 @@ def grpo_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
     return loss, {"clip_frac": clip_frac, "entropy": entropy.item(), "kl": kl.item()}
 
 
-def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn=grpo_loss):
-    """One GRPO update on a batch: pi_old log-probs recomputed here, then `cfg.epochs` passes of
-    `cfg.minibatches` Adam steps on `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its
-    own). Log-probs are computed only at the policy's tokens, the only ones a loss reads.
-    Returns the minibatch statistics averaged, the batch's k3 distance to the reference, and
-    the mismatch between the sampler's log-probs and the trainer's recomputation of them."""
-    tokens, mask, temperature = batch.tokens, batch.policy_mask, cfg.temperature   # (B, T)
+def reference_logprobs(reference, batch):
+    """The reference policy's log-probabilities of the batch's policy tokens (B, T), no gradient."""
     with torch.no_grad():
-        old_logp, _ = token_logprobs(policy, tokens, temperature, mask)            # (B, T)
-        ref_logp, _ = token_logprobs(reference, tokens, temperature, mask)         # (B, T)
-    stats = []
+        ref_logp, _ = token_logprobs(reference, batch.tokens, batch.temperature, batch.policy_mask)
+    return ref_logp
+
+
+def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn=grpo_loss,
+              ref_logp=None):
+    """One GRPO update on a batch: `cfg.epochs` passes of `cfg.minibatches` Adam steps on
+    `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its own). pi_old is the sampler's
+    log-probabilities (as in prime-rl): the same weights, so no forward pass recomputes them.
+    Log-probs are computed only at the policy's tokens, the only ones a loss reads; `ref_logp`
+    may be passed in when the caller has already computed it. Returns the minibatch statistics
+    averaged, the batch's k3 distance to the reference, and the mismatch between the sampler's
+    log-probs and the trainer's (on the first minibatch, before any step changes the weights)."""
+    tokens, mask, temperature = batch.tokens, batch.policy_mask, cfg.temperature   # (B, T)
+    old_logp = batch.logp                                                          # (B, T)
+    if ref_logp is None:
+        ref_logp = reference_logprobs(reference, batch)                            # (B, T)
+    stats, mismatch = [], None
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
         for mb in order.chunk(cfg.minibatches):
             logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
+            if mismatch is None:
+                mismatch = mismatch_kl(logp.detach(), old_logp[mb], mask[mb]).item()
             loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,
                                      advantages[mb], mask[mb], cfg)
             optimizer.zero_grad()
@@ -147,7 +178,7 @@ def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn
             stats.append(mb_stats)
     out = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
     out["k3_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
-    out["mismatch_kl"] = mismatch_kl(old_logp, batch.logp, mask).item()
+    out["mismatch_kl"] = mismatch
     return out
 
 
@@ -158,21 +189,39 @@ def frozen_copy(policy):
     return reference
 
 
-def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, evaluate=None, eval_every=20,
-             progress=True):
-    """Chapter 9's GRPO loop. Trains `policy` in place from a frozen copy of its start (the
-    reference) and returns the per-step log (a list of dicts, see the README's logged metrics).
-    `evaluate(policy) -> dict`, if given, runs every `eval_every` steps and after the last."""
-    reference = frozen_copy(policy)
+@torch_threads(1)                 # the pinned arithmetic is one thread's (arithmetic.py)
+def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None,
+             loss_fn=grpo_loss, shape_rewards=None, next_cfg=None, evaluate=None, eval_every=20,
+             progress=True, desc="GRPO"):
+    """The GRPO loop, Chapter 9's and (with its pieces passed in) Chapter 10's. Trains `policy` in
+    place, anchored to `reference` (default: a frozen copy of its start), and returns the per-step
+    log (a list of dicts, see the README's logged metrics). What Chapter 10 changes comes in as
+    arguments: `loss_fn` for `rl_update`; `shape_rewards(batch, ref_logp, cfg) -> (rewards, log)`
+    to change the rewards before the advantages (the KL in the reward); `next_cfg(cfg, log)` for
+    the next step's config (an adaptive beta). `evaluate(policy) -> dict`, if given, runs every
+    `eval_every` steps and after the last. Sampling and updating are labelled for the profiler."""
+    positive_int("steps", steps)
+    warn_if_unpinned()
+    reference = frozen_copy(policy) if reference is None else reference
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed)
     history = []
-    for step in trange(steps, desc="GRPO", disable=not progress):
-        batch = sample_step(policy, cfg, gen, tasks)
-        advantages, zero_adv = compute_advantages(batch.rewards, cfg.group_size)
-        log = {"step": step, **behavior_stats(batch), "zero_adv_groups": zero_adv}
-        log.update(rl_update(policy, reference, optimizer, batch, advantages, cfg, gen))
+    for step in trange(steps, desc=desc, disable=not progress):
+        with record_function("sampling"):
+            batch = sample_step(policy, cfg, gen, tasks)
+        with record_function("update"):
+            log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
+            ref_logp = reference_logprobs(reference, batch)                    # (B, T)
+            rewards = batch.rewards                                            # (B,)
+            if shape_rewards is not None:
+                rewards, shaped = shape_rewards(batch, ref_logp, cfg)
+                log.update(shaped)
+            advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
+            log.update(rl_update(policy, reference, optimizer, batch, advantages, cfg, gen,
+                                 loss_fn, ref_logp))
         if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
             log.update({f"eval_{k}": v for k, v in evaluate(policy).items()})
+        if next_cfg is not None:
+            cfg = next_cfg(cfg, log)
         history.append(log)
     return history

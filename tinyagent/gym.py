@@ -160,3 +160,9 @@ def parse_call(call, names):
     if len(body) == 2 and body[0] in EDIT_VERBS and body[1] in names:
         return ("edit", names.index(body[1]))
     return None
+
+
+def call_ended(call):
+    """Whether the call being written (its policy tokens so far) is complete, well-formed or not:
+    a call ends at `</call>` or after MAX_CALL_TOKENS tokens."""
+    return len(call) >= MAX_CALL_TOKENS or (len(call) > 0 and call[-1] == END_CALL)

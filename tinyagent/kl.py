@@ -55,14 +55,35 @@ def kl_estimate(logp, ref_logp, kind):
     return grad_carrier - grad_carrier.detach() + value.detach()
 
 
+def check_mask(mask, shape, of="x"):
+    """Refuse a mask that is not a bool tensor of exactly `shape` (the shape of `of`): one that
+    broadcasts would count some positions several times and give a plausible wrong answer."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor, got "
+                        f"{mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__}")
+    if mask.shape != shape:
+        raise ValueError(f"mask must have the shape of {of} {tuple(shape)}, "
+                         f"got {tuple(mask.shape)}")
+
+
 def masked_mean(x, mask):
-    """Mean of `x` over the positions where `mask` is True (the policy's tokens)."""
-    return (x * mask).sum() / mask.sum()
+    """Mean of `x` over the positions where `mask` is True (the policy's tokens). `mask` is bool
+    with x's shape and selects at least one position (the mean of nothing is not 0, it is
+    undefined); values elsewhere, even NaN or inf, do not reach the mean."""
+    check_mask(mask, x.shape)
+    count = mask.sum()
+    if count == 0:
+        raise ValueError("mask selects no position: a mean over no tokens is undefined")
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum() / count
 
 
 def entropy(logprobs):
-    """Entropy (nats) of each distribution given by its log-probabilities: (..., V) -> (...)."""
-    return -(logprobs.exp() * logprobs).sum(-1)
+    """Entropy (nats) of each distribution given by its log-probabilities: (..., V) -> (...).
+    A token of probability 0 (log-prob -inf) adds 0, not 0 * -inf = NaN, to the value and to
+    the gradient."""
+    impossible, zero = logprobs == -torch.inf, torch.zeros((), dtype=logprobs.dtype)
+    safe = torch.where(impossible, zero, logprobs)
+    return -torch.where(impossible, zero, safe.exp() * safe).sum(-1)
 
 
 def policy_entropy(logprobs, mask):
@@ -71,7 +92,10 @@ def policy_entropy(logprobs, mask):
     per_position = entropy(logprobs)
     if per_position.shape == mask.shape:
         return masked_mean(per_position, mask)
+    check_mask(mask, mask.shape)
     if per_position.ndim == 1 and per_position.numel() == int(mask.sum()):
+        if not per_position.numel():
+            raise ValueError("mask selects no position: a mean over no tokens is undefined")
         return per_position.mean()
     raise ValueError(f"log-probabilities {tuple(logprobs.shape)} fit neither the mask "
                      f"{tuple(mask.shape)} (B, T, V) nor its {int(mask.sum())} policy positions (N, V)")
@@ -87,13 +111,17 @@ def entropy_bonus(logits, mask):
 def sequence_kl(logp, ref_logp, mask):
     """Per episode, the sum of k1 = log pi - log pi_ref over its policy tokens: the sampled
     estimate of the sequence KL that the reward placement subtracts. Defined in Section 10.4."""
-    if mask.shape != logp.shape:
-        raise ValueError(f"mask must have the shape of logp {tuple(logp.shape)}, got {tuple(mask.shape)}")
-    return (kl_penalty(logp, ref_logp, "k1") * mask).sum(dim=1)
+    check_mask(mask, logp.shape, of="logp")
+    k1 = kl_penalty(logp, ref_logp, "k1")
+    return torch.where(mask, k1, torch.zeros((), dtype=k1.dtype)).sum(dim=1)
 
 
 def mismatch_kl(trainer_logp, sampler_logp, mask):
     """Mean per-token k3 estimate of KL(sampler || trainer) on the sampled tokens, as prime-rl
     logs it: zero when both compute the same numbers, positive when the sampler's numerics (a
     lower precision, another kernel) drift from the trainer's. Defined in the exercises."""
+    if trainer_logp.shape != sampler_logp.shape:
+        raise ValueError(f"trainer_logp and sampler_logp must have the same shape, got "
+                         f"{tuple(trainer_logp.shape)} and {tuple(sampler_logp.shape)}")
+    check_mask(mask, trainer_logp.shape, of="trainer_logp")
     return masked_mean(kl_penalty(sampler_logp, trainer_logp, "k3"), mask)

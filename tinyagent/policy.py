@@ -1,4 +1,4 @@
-"""The TinyAgent policy: a ~155k-parameter decoder-only transformer, float64 throughout.
+"""The TinyAgent policy: a ~155k-parameter decoder-only transformer in float32.
 
 Read top-down: config, attention, MLP, block, model, then save/load with a checksum.
 The model never imports the gym: it maps token ids to next-token logits, nothing more.
@@ -6,6 +6,9 @@ The model never imports the gym: it maps token ids to next-token logits, nothing
 import hashlib
 import io
 import math
+import os
+import pickle
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,7 +19,8 @@ import torch.nn.functional as F
 from .checks import positive_int
 from .vocab import VOCAB_SIZE
 
-DTYPE = torch.float64   # float32 rounding would flip samples and change whole runs
+DTYPE = torch.float32   # under the pinned arithmetic (arithmetic.py) float32 is as reproducible
+                        # as float64 and twice as fast; sampling still draws in float64
 RL_BASE_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "rl_base.pt"
 
 
@@ -154,37 +158,86 @@ def _state_bytes(policy):
     return buf.getvalue()
 
 
+def _checksum_path(path):
+    """The checksum file of checkpoint `path`: `x.pt` has `x.sha256`. Only `.pt` paths, so that
+    no two checkpoints share a checksum file and no checkpoint can be a checksum file."""
+    if path.suffix != ".pt":
+        raise ValueError(f"a checkpoint path must end in .pt (its checksum is the .sha256 file "
+                         f"beside it, {path.stem}.sha256), got {path}")
+    return path.with_suffix(".sha256")
+
+
+def _write_atomically(path, data):
+    """Write `data` to a temporary file beside `path`, then rename it over `path`: a killed
+    write leaves the old file whole. The temporary file is removed if anything fails."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _recorded_checksum(sums):
+    """The SHA-256 recorded in the checksum file `sums`: 64 hex digits in either case, alone as
+    save_policy writes it or followed by a file name as `sha256sum` writes it."""
+    text = sums.read_bytes().decode("utf-8", errors="replace").strip()
+    if not text:
+        raise ValueError(f"checksum file {sums} is empty; it must hold the checkpoint's SHA-256 "
+                         f"(64 hex digits), as save_policy writes it")
+    match = re.fullmatch(r"([0-9a-fA-F]{64})(?:[ \t]+\*?\S.*)?", text)
+    if match is None:
+        raise ValueError(f"checksum file {sums} does not hold a SHA-256: expected 64 hex digits, "
+                         f"optionally followed by the file name as sha256sum writes it, got "
+                         f"{text[:80]!r}")
+    return match.group(1).lower()
+
+
+def _is_shipped(path):
+    """Whether `path`, however spelled, is the shipped RL base checkpoint."""
+    return path.resolve() == RL_BASE_CHECKPOINT or (
+        path.exists() and RL_BASE_CHECKPOINT.exists() and os.path.samefile(path, RL_BASE_CHECKPOINT))
+
+
 def save_policy(policy, path):
-    """Write the checkpoint and a `.sha256` file beside it."""
+    """Write the checkpoint (`path` ends in .pt) and its `.sha256` file beside it, each written
+    atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256."""
     path = Path(path)
+    sums = _checksum_path(path)
     data = _state_bytes(policy)
-    path.write_bytes(data)
-    path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest() + "\n")
-    return hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256(data).hexdigest()
+    _write_atomically(path, data)     # killed before the next line: the checksums differ, and
+    _write_atomically(sums, (digest + "\n").encode())   # load_policy refuses the pair
+    return digest
 
 
 def load_policy(path):
     """Load a checkpoint, refusing one whose bytes do not match its recorded checksum or
     whose configuration does not fit this code."""
     path = Path(path)
+    sums = _checksum_path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
     data = path.read_bytes()
-    sums = path.with_suffix(".sha256")
     if not sums.exists():
         raise ValueError(f"checkpoint {path} has no checksum file {sums.name}")
-    expected = sums.read_text().strip()
+    expected = _recorded_checksum(sums)
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
-        raise ValueError(f"checkpoint {path} is corrupted: sha256 {actual[:12]}... does not match "
-                         f"the recorded {expected[:12]}...; rebuild it with "
-                         f"`python -m tinyagent.pretrain --replace`")
-    blob = torch.load(io.BytesIO(data), weights_only=True)
+        advice = ("rebuild it with `python -m tinyagent.pretrain --replace`" if _is_shipped(path)
+                  else "save it again, or restore both files from your copy")
+        raise ValueError(f"checkpoint {path} is corrupted or was changed after its checksum was "
+                         f"written: sha256 {actual[:12]}... does not match the "
+                         f"{expected[:12]}... recorded in {sums.name}; {advice}")
     try:
+        blob = torch.load(io.BytesIO(data), weights_only=True)
         cfg = PolicyConfig(**blob["config"])
         policy = Policy(cfg)
         policy.load_state_dict(blob["state"])
-    except (TypeError, RuntimeError, KeyError) as err:
+    except (TypeError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as err:
         raise ValueError(f"checkpoint {path} does not match this PolicyConfig: {err}") from err
     if cfg.vocab_size != VOCAB_SIZE:
         raise ValueError(f"checkpoint {path} has vocab_size {cfg.vocab_size}, the gym has {VOCAB_SIZE}")

@@ -3,11 +3,11 @@
     python -m tinyagent.pretrain             # rebuild into .cache/pretrain/ and compare
     python -m tinyagent.pretrain --replace   # the same, then overwrite the shipped checkpoint
 
-SFT amplifies rounding differences over its 3,500 Adam steps, so equal bytes are a promise only
-for one machine: SFT runs on a fixed number of torch threads (the shipped build's 2), so that
-OMP_NUM_THREADS cannot change the bytes, but another CPU or torch build gives other weights.
-What must carry over is the agent's behaviour, so every rebuild is compared with the shipped agent
-on the held-out tasks, and the verdict says whether they differ by more than sampling error.
+SFT amplifies rounding differences over its 3,500 Adam steps, so it runs under the pinned
+arithmetic (arithmetic.py) on a fixed number of torch threads: the rebuild gives the shipped bytes
+on any x86-64 machine, whatever OMP_NUM_THREADS says. Every rebuild is still compared with the
+shipped agent on the held-out tasks, so that on a platform where the bits differ the verdict says
+whether the behaviour does by more than sampling error.
 
 The demonstrator is deliberately mediocre, because RL must have something to discover: it
 reads in about a fifth of episodes, not always the right file, and after reading a name it
@@ -18,13 +18,13 @@ optional `ls`, a rarer synonym for each verb), which RL barely touches in 40 ste
 """
 import argparse
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from .arithmetic import torch_threads
 from .evaluate import EVAL_SEED, heldout_rollout
 from .gym import HELDOUT_TASKS, N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .kl import entropy
@@ -55,8 +55,8 @@ class SFTConfig:
     steps: int = 3500
     batch_size: int = 64
     lr: float = 3e-3
-    seed: int = 0             # SFT runs in float32 (2x faster); the result is cast to float64
-    threads: int = 2          # float32 sums split by thread: the shipped agent was built with 2
+    seed: int = 0
+    threads: int = 2          # torch's own sums split by thread: the shipped agent was built with 2
 
 
 READ, EDIT, SUBMIT = (SPELLINGS[action] for action in ("read", "edit", "submit"))   # (usual, other)
@@ -131,23 +131,10 @@ def sft_loss(policy, tokens, mask):
     return (nll * target_mask).sum() / target_mask.sum()
 
 
-@contextmanager
-def torch_threads(n):
-    """Run the body on `n` torch threads, then give the caller back its own count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
-    """Adam with a cosine learning rate on random minibatches of demonstrations, in float32 on
-    `cfg.threads` threads (so the bytes do not depend on OMP_NUM_THREADS); the policy is
-    returned to float64 for RL."""
+    """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
+    threads (so the bytes do not depend on OMP_NUM_THREADS)."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    policy.float()
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / cfg.steps)).item()))
@@ -165,7 +152,6 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
             losses.append(loss.item())
             if progress and step % 100 == 0:
                 print(f"sft step {step:5d}  loss {loss.item():.4f}", flush=True)
-    policy.double()
     return losses
 
 
@@ -235,8 +221,15 @@ def main(argv=None):
                         help="attempts at each held-out task in the comparison")
     args = parser.parse_args(argv)
     out = (args.out or (CHECKPOINT if args.replace else SCRATCH)).resolve()
-    if args.replace and out != CHECKPOINT:
+    # the shipped agent under any spelling: a relative path, `..`, a symlink or a hard link
+    is_shipped = out == CHECKPOINT or (out.exists() and CHECKPOINT.exists()
+                                       and out.samefile(CHECKPOINT))
+    if args.replace and not is_shipped:
         parser.error(f"--replace writes {CHECKPOINT}; it cannot go with --out {args.out}")
+    if is_shipped and not args.replace:
+        parser.error(f"--out {args.out} is the shipped checkpoint {CHECKPOINT}; "
+                     f"overwriting it takes --replace")
+    out = CHECKPOINT if is_shipped else out
     if out.is_dir():
         parser.error(f"--out {args.out} is a directory; give a file path ending in .pt")
     if out.suffix != ".pt":
@@ -261,8 +254,8 @@ def main(argv=None):
     if out.read_bytes() == shipped_bytes:
         print("bytes: equal to the shipped checkpoint")
     else:
-        print("bytes: differ from the shipped checkpoint (SFT rounds differently on another CPU "
-              "or torch build), so the behaviour decides")
+        print("bytes: differ from the shipped checkpoint (another torch build, a platform other "
+              "than x86-64, or an arithmetic that is not the pinned one), so the behaviour decides")
     start = time.perf_counter()
     equivalent = compare(policy, shipped, args.attempts)
     print(f"compared in {time.perf_counter() - start:.0f} s")

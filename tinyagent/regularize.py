@@ -8,14 +8,12 @@ bonus), the KL in the reward, and an adaptive KL coefficient. The update itself 
 from dataclasses import dataclass, replace
 
 import torch
-from tqdm.auto import trange
 
-from .grpo import (RLConfig, behavior_stats, compute_advantages, frozen_copy, policy_loss,
-                   rl_update, sample_step)
+from .checks import finite_nonnegative, finite_positive
+from .grpo import RLConfig, policy_loss, rl_update, train_rl
 from .gym import TRAIN_TASKS
 from .kl import (KL_ESTIMATE_KINDS, entropy_bonus, kl_estimate, masked_mean,
                  sequence_kl)
-from .sampler import token_logprobs
 
 KL_PLACEMENTS = ("loss", "reward")
 ENTROPY_POSITIONS = ("all", "after_observation")
@@ -53,19 +51,26 @@ class RegularizedConfig(RLConfig):
         if self.kl_placement == "reward" and self.kl_kind != "k1":
             raise ValueError(f"the reward placement subtracts the sampled sequence KL, a sum of k1; "
                              f"set kl_kind='k1' (got {self.kl_kind!r})")
-        if not self.entropy_coef >= 0:                       # also refuses NaN
-            raise ValueError(f"entropy_coef must be non-negative, got {self.entropy_coef}")
+        object.__setattr__(self, "entropy_coef",
+                           finite_nonnegative("entropy_coef", self.entropy_coef))
         if self.entropy_positions not in ENTROPY_POSITIONS:
             raise ValueError(f"unknown entropy_positions {self.entropy_positions!r}; allowed: "
                              f"{', '.join(ENTROPY_POSITIONS)}")
-        if self.kl_target is not None and not (self.kl_target > 0 and self.kl_coef > 0):
-            raise ValueError(f"an adaptive KL coefficient needs kl_target > 0 and a starting "
-                             f"kl_coef > 0, got kl_target={self.kl_target}, kl_coef={self.kl_coef}")
+        if self.kl_target is not None:      # inf would shrink beta whatever the KL
+            object.__setattr__(self, "kl_target", finite_positive("kl_target", self.kl_target))
+            if not self.kl_coef > 0:
+                raise ValueError(f"an adaptive KL coefficient needs kl_target > 0 and a "
+                                 f"starting kl_coef > 0, got kl_target={self.kl_target}, "
+                                 f"kl_coef={self.kl_coef}")
 
 
 def first_choices(mask):
     """The policy positions (B, T) that open a decision after the prompt or an observation: the
     second policy token of each call that follows a non-policy token. Defined in Exercise 6."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.ndim != 2:
+        raise TypeError(f"mask must be a bool tensor (B, T), got "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)} of shape "
+                        f"{tuple(getattr(mask, 'shape', ()))}")
     chosen = torch.zeros_like(mask)
     chosen[:, 2:] = mask[:, 2:] & mask[:, 1:-1] & ~mask[:, :-2]
     return chosen
@@ -82,7 +87,8 @@ def regularized_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
     bonus = entropy
     if cfg.entropy_positions == "after_observation":       # Chapter 10, Exercise 6
         chosen = first_choices(mask)
-        bonus = entropy_bonus(log_dist[chosen[mask]], chosen)
+        # no first choice in the minibatch: nothing to reward, so no bonus (not a mean of nothing)
+        bonus = entropy_bonus(log_dist[chosen[mask]], chosen) if chosen.any() else 0.0
     beta = cfg.kl_coef if cfg.kl_placement == "loss" else 0.0
     loss = pg_loss + beta * kl - cfg.entropy_coef * bonus    # Chapter 10: minus the bonus
     return loss, {"clip_frac": clip_frac, "entropy": entropy.item(), "kl": kl.item()}
@@ -105,32 +111,28 @@ def adaptive_kl_coef(beta, kl, target, horizon=10):
     return beta * (1 + error / horizon)
 
 
+def kl_in_reward(batch, ref_logp, cfg):
+    """The reward placement (Section 10.4): each episode's reward minus kl_coef times its sequence
+    KL, the sum of k1 over its tokens (the sampler's log-probs against the reference's). Returns
+    (rewards (B,), what it logs)."""
+    seq_kl = sequence_kl(batch.logp, ref_logp, batch.policy_mask)           # (B,)
+    return batch.rewards - cfg.kl_coef * seq_kl, {"sequence_kl": seq_kl.mean().item()}
+
+
+def adapt_kl_coef(cfg, log):
+    """The next step's config with beta moved toward `cfg.kl_target` by `adaptive_kl_coef`, from
+    the KL this step logged (Exercise 5)."""
+    return replace(cfg, kl_coef=adaptive_kl_coef(cfg.kl_coef, log["kl"], cfg.kl_target))
+
+
 def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=TRAIN_TASKS,
                       reference=None, progress=True):
-    """Chapter 9's `train_rl` loop (without periodic evaluation) on `regularized_update`, plus
-    the reward placement: with kl_placement "reward", each episode's reward becomes
-    r - kl_coef * sequence_kl (sampler log-probs against the reference) before the advantages.
-    `reference` defaults to a frozen copy of the start (pass another to continue a run anchored
-    elsewhere). With `cfg.kl_target`, beta adapts after every step and is logged as `kl_coef`.
-    Trains in place; returns the per-step log. Defined in Section 10.6."""
-    reference = frozen_copy(policy) if reference is None else reference
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    history = []
-    for step in trange(steps, desc="regularized GRPO", disable=not progress):
-        batch = sample_step(policy, cfg, gen, tasks)
-        rewards = batch.rewards                                             # (B,)
-        log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
-        if cfg.kl_placement == "reward":
-            with torch.no_grad():
-                ref_logp, _ = token_logprobs(reference, batch.tokens, cfg.temperature,
-                                             batch.policy_mask)             # (B, T)
-            seq_kl = sequence_kl(batch.logp, ref_logp, batch.policy_mask)   # (B,)
-            rewards = rewards - cfg.kl_coef * seq_kl
-            log["sequence_kl"] = seq_kl.mean().item()
-        advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
-        log.update(regularized_update(policy, reference, optimizer, batch, advantages, cfg, gen))
-        if cfg.kl_target is not None:                                      # Exercise 5
-            cfg = replace(cfg, kl_coef=adaptive_kl_coef(cfg.kl_coef, log["kl"], cfg.kl_target))
-        history.append(log)
-    return history
+    """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in: `regularized_loss`, the
+    KL in the reward when kl_placement is "reward", and with `cfg.kl_target` an adaptive beta
+    (logged as `kl_coef`). `reference` defaults to a frozen copy of the start (pass another to
+    continue a run anchored elsewhere). Trains in place; returns the per-step log.
+    Defined in Section 10.6."""
+    return train_rl(policy, cfg, steps, tasks, reference, loss_fn=regularized_loss,
+                    shape_rewards=kl_in_reward if cfg.kl_placement == "reward" else None,
+                    next_cfg=adapt_kl_coef if cfg.kl_target is not None else None,
+                    progress=progress, desc="regularized GRPO")

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .arithmetic import pinned_environment
 from .checks import positive_int
 from .evaluate import evaluate
 from .grpo import frozen_copy
@@ -30,7 +31,8 @@ from .policy import load_rl_base
 from .regularize import train_regularized
 
 PACKAGE = Path(__file__).resolve().parent
-CACHE_DIR = Path(os.environ.get("TINYAGENT_RUNS", PACKAGE.parent / ".cache" / "runs"))
+# TINYAGENT_RUNS="" counts as unset: an empty path would put the cache in the current directory.
+CACHE_DIR = Path(os.environ.get("TINYAGENT_RUNS") or PACKAGE.parent / ".cache" / "runs")
 # Progress bars for interactive use; `make test` and `make notebooks` set TINYAGENT_PROGRESS=0
 # so that no bar ends up in the stored outputs.
 SHOW_PROGRESS = os.environ.get("TINYAGENT_PROGRESS", "1") != "0"
@@ -51,10 +53,24 @@ def imported_modules(name="runs"):
     return sorted(seen)
 
 
+def source_digest(source):
+    """A hash of what Python source does: its parsed tree without docstrings. Comments,
+    docstrings and layout do not change it, so editing the book's prose in a module does not
+    recompute every cached run; any change to the code does."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def _hash_code():
     h = hashlib.sha256()
     for module in imported_modules():
-        h.update((PACKAGE / f"{module}.py").read_bytes())
+        h.update(source_digest((PACKAGE / f"{module}.py").read_text()).encode())
     h.update((PACKAGE / "checkpoints" / "rl_base.sha256").read_bytes())
     return h.hexdigest()
 
@@ -68,45 +84,114 @@ def code_version():
     return _CODE_VERSION
 
 
+def _check_plain(value, where, tensors):
+    """Refuse, naming where it is, anything in `value` but dicts, lists, tuples, strings, numbers,
+    None and (if `tensors`) tensors: what a key is made of, or what an entry can be read back as
+    with `weights_only=True` (a numpy number, say, would be written and then never read)."""
+    from collections import OrderedDict        # (state_dict()'s type)
+    if type(value) in (str, int, float, bool, type(None)):
+        return
+    if tensors and isinstance(value, torch.Tensor):
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]", tensors)
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            if type(key) is not str and not (tensors and type(key) is int):
+                raise TypeError(f"{where} has the key {key!r}; keys must be strings")
+            _check_plain(item, f"{where}[{key!r}]", tensors)
+        return
+    allowed = "dicts, lists, strings, numbers, None" + (", tensors" if tensors else "")
+    raise TypeError(f"{where} is a {type(value).__module__}.{type(value).__qualname__}; allowed: "
+                    f"{allowed} (convert numpy numbers with float() or int())")
+
+
 def run_key(config):
-    """The cache key of a run described by a JSON-serializable `config`."""
-    blob = json.dumps(config, sort_keys=True, default=str) + code_version()
+    """The cache key of a run described by `config`: plain data (dicts with string keys, lists,
+    strings, numbers, None), so that two configs share a key only if they are equal. A tensor,
+    say, is refused rather than keyed by its abbreviated repr."""
+    _check_plain(config, "config", tensors=False)
+    blob = json.dumps(config, sort_keys=True) + code_version()
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def _load(path):
-    """A cached entry, or None (after saying so in one line) if the file is unreadable."""
+def _load(path, check=None):
+    """A cached entry's result, or None (after saying so in one line) if the file is unreadable,
+    is not an entry `cached` wrote under this key, or its result fails `check(result)`."""
     try:
-        return torch.load(path, weights_only=True)
+        entry = torch.load(path, weights_only=True)
     except Exception as err:                     # truncated, corrupt, or not plain data
         reason = str(err).splitlines()[0][:100] if str(err) else type(err).__name__
-        print(f"run cache: {path.name} is unreadable ({reason}); recomputing it")
-        return None
+    else:
+        if not (isinstance(entry, dict) and set(entry) == {"key", "result"}):
+            reason = "not a run cache entry"
+        elif entry["key"] != path.stem:
+            reason = f"the entry of another run, {entry['key']!r}"
+        else:
+            try:
+                ok = check is None or check(entry["result"])
+            except Exception:                    # a check that indexes a missing key, say
+                ok = False
+            if ok:
+                return entry["result"]
+            reason = "its result has the wrong structure"
+    print(f"run cache: {path.name} is unreadable ({reason}); recomputing it")
+    return None
 
 
 def _path(config, cache_dir=None):
     return Path(cache_dir or CACHE_DIR) / f"{run_key(config)}.pt"
 
 
-def lookup(config, cache_dir=None):
-    """The cached result for `config`, or None if it is missing or unreadable."""
+def lookup(config, cache_dir=None, check=None):
+    """The cached result for `config`, or None if it is missing, unreadable or fails
+    `check(result)` (see `_load`). Needs only read access to the cache."""
     path = _path(config, cache_dir)
-    return _load(path) if path.exists() else None
+    return _load(path, check) if path.exists() else None
 
 
-def cached(config, compute, cache_dir=None):
-    """`compute()`'s result for `config`, loaded from the cache when present and readable, else
-    computed and stored. The result must be plain data: dicts, lists, numbers, strings, tensors."""
+def _identity(path):
+    """What changes when a file is replaced (`os.replace` gives it a new inode), or None."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def cached(config, compute, cache_dir=None, check=None):
+    """`compute()`'s result for `config`, loaded from the cache when present, readable and
+    accepted by `check(result) -> bool` (if given), else computed and stored. The result must be
+    plain data: dicts, lists, numbers, strings, tensors (anything else is refused before it is
+    written). Reading needs no write access; computing takes a per-run lock, so two processes
+    asking for the same run compute it once."""
     path = _path(config, cache_dir)
+    seen = _identity(path)
+    if (result := lookup(config, cache_dir, check)) is not None:
+        return result
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)         # another process computing this run: wait for it
-        if (result := lookup(config, cache_dir)) is not None:
-            return result
+        if _identity(path) not in (None, seen):  # it wrote the entry while we waited
+            if (result := lookup(config, cache_dir, check)) is not None:
+                return result
         result = compute()
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
-            torch.save(result, f)
-        os.replace(f.name, path)
+        _check_plain(result, "the result", tensors=True)
+        if check is not None and not check(result):   # else it would be recomputed every time
+            raise ValueError(f"compute() returned a result that its check refuses: "
+                             f"{result!r:.200}")
+        tmp = None
+        try:
+            with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+                tmp = f.name
+                torch.save({"key": path.stem, "result": result}, f)
+            os.replace(tmp, path)
+        except BaseException:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            raise
     return result
 
 
@@ -118,7 +203,7 @@ def policy_digest(policy):
     return h.hexdigest()[:16]
 
 
-def _run_config(cfg, steps=40, start=None, reference=None, progress=False):
+def _run_config(cfg, steps=40, start=None, reference=None):
     """What keys a run (`regularized_run`'s arguments): its configuration, length, and the
     parameters it starts from and is anchored to (None: the RL base agent, or the start)."""
     return {"cfg": asdict(cfg), "steps": steps,
@@ -126,56 +211,56 @@ def _run_config(cfg, steps=40, start=None, reference=None, progress=False):
             "reference": None if reference is None else policy_digest(reference)}
 
 
-def regularized_run(cfg, steps=40, start=None, reference=None, progress=False):
-    """Train a copy of `start` (default: the RL base agent) for `steps` steps of
-    `train_regularized` under `cfg` (a RegularizedConfig), anchored to `reference` (default: the
-    start), then evaluate it on the held-out split against the RL base agent and against the
-    reference. Computed at one torch thread, so the result does not depend on where it ran.
-    Cached: returns {"history", "eval", "eval_vs_reference", "state"}."""
+RUN_PARTS = {"history", "eval", "eval_vs_reference", "state"}
+
+
+def _compute_run(cfg, steps=40, start=None, reference=None):
+    """In a worker: train a copy of `start` (default: the RL base agent) for `steps` steps of
+    `train_regularized` under `cfg`, anchored to `reference` (default: the start), then evaluate it
+    on the held-out split against the RL base agent and against the reference; cached."""
+    torch.set_num_threads(1)
     base = load_rl_base()
     start = base if start is None else start
 
     def compute():
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            policy = copy.deepcopy(start)
-            anchor = frozen_copy(start) if reference is None else reference
-            history = train_regularized(policy, cfg, steps=steps, reference=anchor,
-                                        progress=progress)
-            vs_base = evaluate(policy, reference=base)
-            anchored_at_base = reference is None and start is base
-            return {"history": history,
-                    "eval": vs_base,
-                    "eval_vs_reference": (vs_base if anchored_at_base
-                                          else evaluate(policy, reference=anchor)),
-                    "state": dict(policy.state_dict())}
-        finally:
-            torch.set_num_threads(threads)
+        policy = copy.deepcopy(start)
+        anchor = frozen_copy(start) if reference is None else reference
+        history = train_regularized(policy, cfg, steps=steps, reference=anchor, progress=False)
+        vs_base = evaluate(policy, reference=base)
+        anchored_at_base = reference is None and start is base
+        return {"history": history,
+                "eval": vs_base,
+                "eval_vs_reference": (vs_base if anchored_at_base
+                                      else evaluate(policy, reference=anchor)),
+                "state": dict(policy.state_dict())}
 
-    return cached(_run_config(cfg, steps, start, reference), compute)
+    return cached(_run_config(cfg, steps, start, reference), compute, check=is_run)
+
+
+def is_run(result):
+    """Whether a cached result has a run's parts (and so can be handed to a notebook)."""
+    return isinstance(result, dict) and set(result) == RUN_PARTS
 
 
 def _run_job(job):
-    return regularized_run(**job)
+    return _compute_run(**job)
 
 
 def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs"):
     """`regularized_run(**job)` for every job (a dict of its arguments), in job order. Cached
-    runs are loaded; the others are computed in `workers` processes at one torch thread each
-    (default: the TINYAGENT_WORKERS environment variable, else the number of cores), each
-    written to the cache as it finishes. The results do not depend on the number of workers."""
+    runs are loaded; the others are computed in `workers` worker processes (default: the
+    TINYAGENT_WORKERS environment variable, else the number of cores), always started with the
+    pinned arithmetic (arithmetic.py) at one torch thread each, and each written to the cache as
+    it finishes. So the results depend on nothing but the jobs and the code: not on the number
+    of workers, nor on the machine, nor on how the calling process set up torch."""
     workers = positive_int("workers", int(workers or os.environ.get("TINYAGENT_WORKERS", 0)
                                           or os.cpu_count()))
-    results = [lookup(_run_config(**job)) for job in jobs]
+    results = [lookup(_run_config(**job), check=is_run) for job in jobs]
     missing = [i for i, result in enumerate(results) if result is None]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(missing), desc=desc, disable=not progress)
-    if workers == 1 or len(missing) <= 1:
-        for i in missing:
-            results[i] = regularized_run(**jobs[i])
-            bar.update()
-    else:
-        with ProcessPoolExecutor(min(workers, len(missing)), mp_context=get_context("spawn")) as pool:
+    if missing:
+        with pinned_environment(), ProcessPoolExecutor(
+                min(workers, len(missing)), mp_context=get_context("spawn")) as pool:
             futures = {i: pool.submit(_run_job, jobs[i]) for i in missing}
             for future in futures.values():
                 future.add_done_callback(lambda _: bar.update())
@@ -183,6 +268,16 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs"):
                 results[i] = future.result()
     bar.close()
     return results
+
+
+def regularized_run(cfg, steps=40, start=None, reference=None):
+    """One run (see `regularized_runs`): a copy of `start` (default: the RL base agent) trained
+    for `steps` steps of `train_regularized` under `cfg` (a RegularizedConfig), anchored to
+    `reference` (default: the start), and evaluated on the held-out split against the RL base
+    agent and against the reference. Computed in a pinned worker and cached: returns
+    {"history", "eval", "eval_vs_reference", "state"}."""
+    return regularized_runs([{"cfg": cfg, "steps": steps, "start": start, "reference": reference}],
+                            workers=1, progress=False)[0]
 
 
 def policy_from_state(state):

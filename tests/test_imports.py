@@ -1,0 +1,206 @@
+"""The README's import rules, checked twice: on the package's source (which module names which, by
+its import statements) and at run time (what a fresh interpreter loads on `import tinyagent.x`).
+
+The rules: the math leaf `kl` imports only torch; the gym never imports the model, nor the model
+the gym; Chapter 9's `grpo` never imports Chapter 10's `regularize`; nothing that trains or
+evaluates imports `report`, `plots` or `book` (or a claims module); importing one module loads only
+what it imports, so the package's `__init__` is a lazy face over `arithmetic`.
+"""
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tinyagent"
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "runs", "sampler", "policy", "pretrain",
+                       "experiments")
+PRESENTATION = ("report", "plots", "book", "claims")
+LEAVES = ("arithmetic", "book", "checks", "kl", "vocab")          # import no package module
+
+
+# ------------------------------------------------------------------ the source
+
+def _package_imports(path):
+    """The package modules a file names in its import statements, anywhere in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:                                        # from .x import y
+                found.add(node.module.split(".")[0])
+            else:                                                  # from . import x
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tinyagent."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "tinyagent":
+            found.update(alias.name for alias in node.names if alias.name in MODULES)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[1] for alias in node.names
+                         if alias.name.startswith("tinyagent."))
+    return found
+
+
+GRAPH = {m: _package_imports(PACKAGE / f"{m}.py") for m in MODULES}
+
+
+def closure(module):
+    """Every package module `module` imports, directly or not (itself excluded)."""
+    seen, todo = set(), list(GRAPH[module])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += GRAPH[m]
+    return seen
+
+
+def test_every_import_names_a_module_of_the_package():
+    for module, imported in GRAPH.items():
+        assert imported <= set(MODULES), f"{module} imports {sorted(imported - set(MODULES))}"
+
+
+def test_imports_point_one_way():
+    cycles = [m for m in MODULES if m in closure(m)]
+    assert not cycles, f"import cycles through {cycles}"
+
+
+def test_the_leaves_import_no_package_module():
+    for leaf in LEAVES:
+        if leaf in GRAPH:
+            assert not GRAPH[leaf], f"{leaf} is a leaf but imports {sorted(GRAPH[leaf])}"
+
+
+def test_the_math_leaf_imports_only_torch():
+    third_party = set()
+    for node in ast.walk(ast.parse((PACKAGE / "kl.py").read_text())):
+        if isinstance(node, ast.Import):
+            third_party.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            third_party.add(node.module.split(".")[0])
+    assert third_party - set(sys.stdlib_module_names) <= {"torch"}, third_party
+
+
+def test_the_gym_and_the_model_do_not_import_each_other():
+    assert "policy" not in closure("gym")
+    assert "gym" not in closure("policy")
+
+
+def test_chapter_9_does_not_import_chapter_10():
+    assert "regularize" not in closure("grpo")
+
+
+@pytest.mark.parametrize("module", TRAINS_OR_EVALUATES)
+def test_nothing_that_trains_or_evaluates_imports_tables_figures_or_the_book(module):
+    assert not closure(module) & set(PRESENTATION), sorted(closure(module) & set(PRESENTATION))
+
+
+def test_arithmetic_stays_light():
+    """It runs on every import of the package, before torch computes: no package module, and
+    torch only inside its functions."""
+    tree = ast.parse((PACKAGE / "arithmetic.py").read_text())
+    top = [alias.name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+           for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module)])]
+    assert "torch" not in top and not any(name.startswith("torch.") for name in top)
+
+
+def test_the_package_face_imports_only_arithmetic_and_reexports_from_where_names_are_defined():
+    assert _package_imports(PACKAGE / "__init__.py") == {"arithmetic"}
+    import tinyagent
+    for module, names in tinyagent._EXPORTS.items():
+        defined = set()
+        for node in ast.parse((PACKAGE / f"{module}.py").read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        assert set(names) <= defined, f"{sorted(set(names) - defined)} are not defined in {module}"
+
+
+# ------------------------------------------------------------------ run time, in fresh interpreters
+
+def _python(code):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+LOADED = ("import sys, json, tinyagent.{module}; print(json.dumps([sorted(m for m in sys.modules "
+          "if m.startswith('tinyagent')), 'torch' in sys.modules]))")
+
+# One interpreter imports each module of the package as if it were the first: before each, every
+# package module but `arithmetic` is dropped from sys.modules (torch, once loaded, stays: so
+# `report` goes first, to see whether it loads torch).
+EACH_FRESH = """
+import importlib, json, sys
+import tinyagent
+loaded = {}
+for module in sys.argv[1:]:
+    for name in [m for m in sys.modules if m.startswith("tinyagent.") and m != "tinyagent.arithmetic"]:
+        del sys.modules[name]
+        vars(tinyagent).pop(name.split(".", 1)[1], None)
+    importlib.import_module(f"tinyagent.{module}")
+    loaded[module] = [sorted(m.split(".", 1)[1] for m in sys.modules if m.startswith("tinyagent.")),
+                      "torch" in sys.modules]
+print(json.dumps(loaded))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    """{module: (package modules loaded by `import tinyagent.module`, whether torch was loaded)}."""
+    order = ["report"] + [m for m in MODULES if m != "report"]
+    code = f"import sys; sys.argv[1:] = {order!r}\n" + EACH_FRESH
+    return {m: (set(mods), torch) for m, (mods, torch) in _python(code).items()}
+
+
+def test_import_kl_loads_only_the_math_leaf():
+    """In its own interpreter, as a reader would: `import tinyagent.kl` loads the package's face,
+    the pinned arithmetic and kl, nothing of the trainer."""
+    assert _python(LOADED.format(module="kl")) == [
+        ["tinyagent", "tinyagent.arithmetic", "tinyagent.kl"], True]
+
+
+def test_import_report_loads_neither_torch_nor_the_trainer():
+    assert _python(LOADED.format(module="report")) == [
+        ["tinyagent", "tinyagent.arithmetic", "tinyagent.report"], False]
+
+
+def test_importing_one_module_loads_only_what_it_imports(fresh):
+    assert set(fresh) == set(MODULES)
+    for module in MODULES:
+        expected = {"arithmetic", module} | closure(module)
+        assert fresh[module][0] == expected, (module, sorted(fresh[module][0] ^ expected))
+
+
+def test_the_gym_and_the_model_load_apart(fresh):
+    assert "policy" not in fresh["gym"][0]
+    assert "gym" not in fresh["policy"][0]
+
+
+def test_grpo_loads_without_regularize(fresh):
+    assert "regularize" not in fresh["grpo"][0]
+
+
+def test_training_and_evaluation_load_no_tables_figures_or_book(fresh):
+    for module in TRAINS_OR_EVALUATES:
+        assert not fresh[module][0] & set(PRESENTATION), (module, sorted(fresh[module][0]))
+
+
+def test_the_lazy_face_gives_every_public_name_and_every_module():
+    import tinyagent
+    for name in tinyagent.__all__:
+        value = getattr(tinyagent, name)
+        assert value is getattr(sys.modules[f"tinyagent.{tinyagent._DEFINED_IN[name]}"], name)
+    assert set(MODULES) <= set(dir(tinyagent)) and set(tinyagent.__all__) <= set(dir(tinyagent))
+    assert tinyagent.gym is sys.modules["tinyagent.gym"]
+    import tinyagent.evaluate                      # a module and the function it defines
+    assert tinyagent.evaluate is sys.modules["tinyagent.evaluate"].evaluate
+    with pytest.raises(AttributeError, match="no_such_name"):
+        tinyagent.no_such_name
