@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .gym import END_CALL, MAX_CALL_TOKENS, Episode
+from .gym import Episode, call_ended
 from .vocab import PAD
 
 
@@ -81,7 +81,7 @@ def rollout(policy, tasks, gen, temperature=1.0):
             rows[i].append(tok)
             sampled_at[i].append((pos + 1, lp))
             calls[i].append(tok)
-            if tok == END_CALL or len(calls[i]) == MAX_CALL_TOKENS:
+            if call_ended(calls[i]):
                 queues[i].extend(episodes[i].step(calls[i]))
                 calls[i] = []
         keep = [j for j, i in enumerate(running) if not (episodes[i].done and not queues[i])]
