@@ -38,7 +38,7 @@ def evaluation(unsolved=0, **scores):
     """An `evaluate` result: pass@1, pass@8, distinct, reads, malformed, per-task passes (of 16)
     and the k3 distance from a reference."""
     out = {"pass@1": 0.7, "pass@8": 0.9, "distinct": 6.0, "reads": 1.0, "malformed": 0.1,
-           "passed_per_task": [0] * unsolved + [16] * (N_TASKS - unsolved), "kl_from_ref": 0.2}
+           "passed_per_task": [0] * unsolved + [16] * (N_TASKS - unsolved), "kl_to_ref": 0.2}
     out.update(scores)
     return out
 
@@ -84,7 +84,7 @@ def nine_runs(**changes):
                        reward=over.get("late_reward", late))
         scores = {"pass@1": over.get("pass@1", p1), "pass@8": over.get("pass@8", p8),
                   "distinct": over.get("distinct", distinct),
-                  "kl_from_ref": over.get("kl_from_start", distance),
+                  "kl_to_ref": over.get("kl_to_ref", distance),
                   "reads": over.get("reads", reads), "malformed": over.get("malformed", malformed)}
         out[label] = run_summary(run(logs, {"unsolved": over.get("unsolved", unsolved), **scores}))
     return out
@@ -281,10 +281,10 @@ def reset_pair(anchored_kl=0.18, reset_kl=0.029, reset_pass1=0.787):
     """One seed's {"anchored", "reset"} pair, as experiments.reset_runs returns it. The reset arm
     is further from the RL base agent ("eval") while closer to its own reference."""
     anchored = run(history(steps=20, entropy=linear(0.25, 0.2, 20)),
-                   {"pass@1": 0.731, "distinct": 6.0, "kl_from_ref": anchored_kl})
+                   {"pass@1": 0.731, "distinct": 6.0, "kl_to_ref": anchored_kl})
     reset = run(history(steps=20, entropy=linear(0.2, 0.135, 20)),
-                {"pass@1": reset_pass1, "distinct": 4.6, "kl_from_ref": 0.25},
-                vs_reference={"pass@1": reset_pass1, "distinct": 4.6, "kl_from_ref": reset_kl})
+                {"pass@1": reset_pass1, "distinct": 4.6, "kl_to_ref": 0.25},
+                vs_reference={"pass@1": reset_pass1, "distinct": 4.6, "kl_to_ref": reset_kl})
     return {"anchored": anchored, "reset": reset}
 
 

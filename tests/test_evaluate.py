@@ -27,8 +27,8 @@ def test_pass_at_k_bad_input():
 def test_evaluate_reports_and_is_zero_distance_from_itself():
     policy = Policy(seed=0)
     out = evaluate(policy, HELDOUT_TASKS[:3], n=4, ks=(1, 2), reference=policy)
-    assert set(out) >= {"pass@1", "pass@2", "distinct", "reads", "malformed", "kl_from_ref"}
-    assert abs(out["kl_from_ref"]) < 1e-10     # the float32 trainer against the sampler's float64
+    assert set(out) >= {"pass@1", "pass@2", "distinct", "reads", "malformed", "kl_to_ref"}
+    assert abs(out["kl_to_ref"]) < 1e-10     # the float32 trainer against the sampler's float64
     assert 1 <= out["distinct"] <= 4
     assert out == evaluate(policy, HELDOUT_TASKS[:3], n=4, ks=(1, 2), reference=policy)
 

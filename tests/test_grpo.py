@@ -54,7 +54,7 @@ def test_train_rl_is_deterministic_and_moves_the_policy():
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     start = load_rl_base()
     assert any(not torch.equal(p, r) for p, r in zip(a.parameters(), start.parameters()))
-    assert {"reward", "entropy", "k3_to_ref", "zero_adv_groups", "clip_frac", "reads",
+    assert {"reward", "entropy", "kl_to_ref", "zero_adv_groups", "clip_frac", "reads",
             "malformed"} <= set(ha[0])
 
 

@@ -76,27 +76,27 @@ SECTION_10_6 = {
 }
 
 # Section 10.7: the nine 40-step runs. None means the chapter does not print that cell.
-SECTION_10_7_COLUMNS = ("entropy", "pass@1", "pass@8", "distinct", "kl_from_start", "reads",
+SECTION_10_7_COLUMNS = ("entropy", "pass@1", "pass@8", "distinct", "kl_to_ref", "reads",
                         "malformed")
 SECTION_10_7 = {
     "none":           dict(entropy=0.12, **{"pass@1": 0.725, "pass@8": 0.80}, distinct=4.3,
-                           kl_from_start=0.237, reads=None, malformed=0.04),
+                           kl_to_ref=0.237, reads=None, malformed=0.04),
     "k3+ beta=0.05":  dict(entropy=0.124, **{"pass@1": 0.80, "pass@8": 1.000}, distinct=None,
-                           kl_from_start=None, reads=None, malformed=None),
+                           kl_to_ref=None, reads=None, malformed=None),
     "k3+ beta=0.3":   dict(entropy=0.284, **{"pass@1": 0.588, "pass@8": 0.99}, distinct=8.3,
-                           kl_from_start=None, reads=None, malformed=None),
+                           kl_to_ref=None, reads=None, malformed=None),
     "k3+ beta=1.0":   dict(entropy=0.54, **{"pass@1": 0.23, "pass@8": 0.90}, distinct=None,
-                           kl_from_start=None, reads=0.53, malformed=None),
+                           kl_to_ref=None, reads=0.53, malformed=None),
     "k3 beta=0.3":    dict(entropy=0.294, **{"pass@1": 0.594, "pass@8": None}, distinct=None,
-                           kl_from_start=None, reads=None, malformed=None),
+                           kl_to_ref=None, reads=None, malformed=None),
     "reward beta=0.3": dict(entropy=None, **{"pass@1": 0.34, "pass@8": None}, distinct=None,
-                            kl_from_start=0.059, reads=0.48, malformed=None),
+                            kl_to_ref=0.059, reads=0.48, malformed=None),
     "entropy 0.03":   dict(entropy=0.31, **{"pass@1": None, "pass@8": None}, distinct=None,
-                           kl_from_start=0.325, reads=None, malformed=0.28),
+                           kl_to_ref=0.325, reads=None, malformed=0.28),
     "entropy 0.1":    dict(entropy=5.707, **{"pass@1": 0.0, "pass@8": 0.0}, distinct=None,
-                           kl_from_start=None, reads=None, malformed=6.0),
+                           kl_to_ref=None, reads=None, malformed=6.0),
     "temperature 1.3": dict(entropy=None, **{"pass@1": None, "pass@8": None}, distinct=None,
-                            kl_from_start=0.517, reads=None, malformed=0.25),
+                            kl_to_ref=0.517, reads=None, malformed=0.25),
 }
 SECTION_10_7_EXTRA = {
     "entropy_start": 0.52,

@@ -66,7 +66,7 @@ def main(argv=None):
         f"{k} {v:.3f}" for k, v in base.items() if k != "passed_per_task"))
     history = train_rl(policy, args.cfg, steps=args.steps,
                        evaluate=partial(evaluate, reference=start()), progress=False)
-    cols = ("reward", "entropy", "k3_to_ref", "zero_adv_groups", "clip_frac", "reads",
+    cols = ("reward", "entropy", "kl_to_ref", "zero_adv_groups", "clip_frac", "reads",
             "malformed", "policy_tokens")
     print("step " + " ".join(f"{c:>15}" for c in cols))
     for log in history:

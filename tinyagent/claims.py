@@ -83,7 +83,7 @@ def clip_higher_claims():
 
 # ================================================================ Section 10.7: the nine runs
 # One result per seed: {label: diagnostics.run_summary(run)} for the nine settings of
-# experiments.COMPARISON (keys entropy, pass@1, pass@8, distinct, kl_from_start, reads, malformed,
+# experiments.COMPARISON (keys entropy, pass@1, pass@8, distinct, kl_to_ref, reads, malformed,
 # entropy_start, unsolved, late_reward).
 
 K3PLUS = ("k3+ beta=0.05", "k3+ beta=0.3", "k3+ beta=1.0")          # by coefficient
@@ -161,7 +161,7 @@ def comparison_claims(noise=PASS1_NOISE, blind_ceiling=BLIND_CEILING, vocab_size
         Claim("kl_pass1", "k3+: pass@1 falls with beta (smallest fall)",
               lambda r: _fall(r, "pass@1"), _positive, _fall(SECTION_10_7, "pass@1")),
         Claim("kl_distance", "k3+: distance from the start falls with beta (smallest fall)",
-              lambda r: _fall(r, "kl_from_start"), _positive),
+              lambda r: _fall(r, "kl_to_ref"), _positive),
         Claim("beta1_reads", "k3+ at 1.0: reading does not take over (reads per episode, "
               "as a share of none's; below one half)",
               lambda r: r["k3+ beta=1.0"]["reads"] / r["none"]["reads"],
@@ -186,8 +186,8 @@ def comparison_claims(noise=PASS1_NOISE, blind_ceiling=BLIND_CEILING, vocab_size
               _book("reward beta=0.3", "pass@1") - min(_book(s, "pass@1") for s in LOSSES)),
         Claim("reward_distance", "KL in the reward at 0.3: closer to the start than both loss "
               "placements (difference to the closer)",
-              lambda r: (r["reward beta=0.3"]["kl_from_start"]
-                         - min(r[s]["kl_from_start"] for s in LOSSES)), _negative),
+              lambda r: (r["reward beta=0.3"]["kl_to_ref"]
+                         - min(r[s]["kl_to_ref"] for s in LOSSES)), _negative),
         Claim("bonus01_uniform", f"entropy bonus 0.1: entropy above {UNIFORM_SHARE:.0%} of "
               f"log {vocab_size} (share of it)",
               lambda r: r["entropy 0.1"]["entropy"] / log_v, lambda v: v > UNIFORM_SHARE,
@@ -212,11 +212,11 @@ def comparison_claims(noise=PASS1_NOISE, blind_ceiling=BLIND_CEILING, vocab_size
               _difference("temperature 1.3", "none", "malformed"), _positive,
               _book_difference("temperature 1.3", "none", "malformed")),
         Claim("bonus003_distance", "entropy bonus 0.03: further from the start than none "
-              "(difference)", _difference("entropy 0.03", "none", "kl_from_start"), _positive,
-              _book_difference("entropy 0.03", "none", "kl_from_start")),
+              "(difference)", _difference("entropy 0.03", "none", "kl_to_ref"), _positive,
+              _book_difference("entropy 0.03", "none", "kl_to_ref")),
         Claim("temp_distance", "temperature 1.3: further from the start than none (difference)",
-              _difference("temperature 1.3", "none", "kl_from_start"), _positive,
-              _book_difference("temperature 1.3", "none", "kl_from_start")),
+              _difference("temperature 1.3", "none", "kl_to_ref"), _positive,
+              _book_difference("temperature 1.3", "none", "kl_to_ref")),
         # ours: one step's 64 episodes are too few, so the last 10 steps' mean batch reward
         Claim("no_reward_gain", "no regularizer beats none's training reward (mean batch reward "
               "of the last 10 steps; the largest gain over none)",
@@ -337,7 +337,7 @@ def beta_size_claims():
 def _reset_value(run, column):
     # the four quantities the book prints for each arm of the reset
     if column == "kl_to_reference":
-        return run["eval_vs_reference"]["kl_from_ref"]
+        return run["eval_vs_reference"]["kl_to_ref"]
     if column == "entropy":
         return run["history"][-1]["entropy"]
     return run["eval"][column]                          # pass@1, distinct

@@ -34,7 +34,7 @@ def run_summary(run, late_steps=10):
                          f"got {late_steps!r}")
     return {"entropy": history[-1]["entropy"], "pass@1": scored["pass@1"],
             "pass@8": scored["pass@8"], "distinct": scored["distinct"],
-            "kl_from_start": scored["kl_from_ref"], "reads": scored["reads"],
+            "kl_to_ref": scored["kl_to_ref"], "reads": scored["reads"],
             "malformed": scored["malformed"], "entropy_start": history[0]["entropy"],
             "unsolved": sum(c == 0 for c in scored["passed_per_task"]),
             "late_reward": sum(log["reward"] for log in history[-late_steps:]) / late_steps}
@@ -173,7 +173,7 @@ def token_roles(tokens, mask):
 
 def k3_decomposition(batch, reference):
     """The per-token k3 distance of `batch`'s sampled tokens from `reference` (the quantity
-    `evaluate` reports as kl_from_ref), split by task type (the log-reading minority or the
+    `evaluate` reports as kl_to_ref), split by task type (the log-reading minority or the
     majority) and by the token's role in its call. Returns {(task type, role): {"share": share of
     the policy tokens, "per_token": mean k3 there, "contribution": that part's sum divided by all
     policy tokens}}; the contributions add up to the total."""

@@ -72,6 +72,6 @@ def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED,
     out["passed_per_task"] = passed
     if reference is not None:
         ref_logp, _ = token_logprobs(reference, batch.tokens, temperature, batch.policy_mask)
-        out["kl_from_ref"] = masked_mean(kl_penalty(batch.logp, ref_logp, "k3"),
+        out["kl_to_ref"] = masked_mean(kl_penalty(batch.logp, ref_logp, "k3"),
                                          batch.policy_mask).item()
     return out

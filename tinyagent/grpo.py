@@ -177,7 +177,7 @@ def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn
             optimizer.step()
             stats.append(mb_stats)
     out = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
-    out["k3_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
+    out["kl_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
     out["mismatch_kl"] = mismatch
     return out
 

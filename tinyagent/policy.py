@@ -113,7 +113,9 @@ class Policy(nn.Module):
             else:
                 std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("proj.weight") else 0.02
                 with torch.no_grad():
-                    p.copy_(torch.randn(p.shape, generator=gen, dtype=DTYPE) * std)
+                    # drawn in float64 whatever DTYPE is, so the same seed starts
+                    # the same model in either precision
+                    p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
 
     def features(self, idx, cache=None, pos=0):
         """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
