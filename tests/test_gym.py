@@ -120,3 +120,14 @@ def test_a_call_ends_at_its_closing_token_or_at_the_longest_valid_call():
     assert call_ended(encode("</call>")) and call_ended(encode("<call> ls </call>"))
     assert call_ended(encode("<call> read tests tests"))          # cut there, and malformed
     assert parse_call(encode("<call> read tests tests"), ()) is None
+
+
+def test_merge_spellings_maps_every_second_spelling_to_its_usual_one_and_nothing_else():
+    from tinyagent.gym import SPELLINGS, merge_spellings
+    from tinyagent.vocab import ID, VOCAB_SIZE
+    tokens = torch.arange(VOCAB_SIZE)
+    merged = merge_spellings(tokens)
+    changed = (merged != tokens).nonzero()[:, 0].tolist()
+    assert sorted(changed) == sorted(ID[second] for _, second in SPELLINGS.values())
+    assert all(merged[ID[second]] == ID[usual] for usual, second in SPELLINGS.values())
+    assert torch.equal(tokens, torch.arange(VOCAB_SIZE))          # the input is left alone

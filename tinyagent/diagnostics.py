@@ -23,7 +23,8 @@ from .vocab import ID, KIND_IDS, NAME_IDS, WORDS
 
 def run_summary(run, late_steps=10):
     """One run's numbers: the seven columns of Section 10.7's table (the last step's training
-    entropy; held-out pass@1, pass@8, distinct action sequences per task, per-token k3 from the
+    entropy; held-out pass@1, pass@8, distinct action sequences per task (spellings merged, and
+    apart as `distinct_raw`), per-token k3 from the
     RL base agent, reads and malformed calls per episode) and what the chapter's claims also
     read: the first step's entropy, how many held-out tasks were never solved, and the batch
     reward averaged over the last `late_steps` steps (one step's 64 episodes are too few to
@@ -34,6 +35,7 @@ def run_summary(run, late_steps=10):
                          f"got {late_steps!r}")
     return {"entropy": history[-1]["entropy"], "pass@1": scored["pass@1"],
             "pass@8": scored["pass@8"], "distinct": scored["distinct"],
+            "distinct_raw": scored["distinct_raw"],
             "kl_to_ref": scored["kl_to_ref"], "reads": scored["reads"],
             "malformed": scored["malformed"], "entropy_start": history[0]["entropy"],
             "unsolved": sum(c == 0 for c in scored["passed_per_task"]),

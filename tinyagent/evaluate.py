@@ -8,7 +8,7 @@ import torch
 from .arithmetic import torch_threads
 from .checks import positive_int
 from .kl import kl_penalty, masked_mean
-from .gym import HELDOUT_TASKS
+from .gym import HELDOUT_TASKS, merge_spellings
 from .sampler import rollout, token_logprobs
 
 ATTEMPTS, EVAL_SEED = 16, 1234     # every notebook's held-out evaluation: 16 attempts a task
@@ -61,12 +61,14 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
 def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
              temperature=1.0):
     """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action
-    sequences per task, reads and malformed calls per episode, per-task pass counts, and (with a
-    `reference`) the mean per-token k3 of the sampled tokens against it."""
+    sequences per task (`distinct`: spellings of one action merged, so it counts behaviour;
+    `distinct_raw`: every spelling apart), reads and malformed calls per episode, per-task pass
+    counts, and (with a `reference`) the mean per-token k3 of the sampled tokens against it."""
     batch = heldout_rollout(policy, tasks, n, seed, temperature)
     passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
     out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}
-    out["distinct"] = distinct_per_task(batch, n)
+    out["distinct"] = distinct_per_task(batch, n, merge_spellings(batch.tokens))   # behaviour
+    out["distinct_raw"] = distinct_per_task(batch, n)            # each spelling counted apart
     out["reads"] = sum(e.reads for e in batch.episodes) / len(batch.episodes)
     out["malformed"] = sum(e.malformed for e in batch.episodes) / len(batch.episodes)
     out["passed_per_task"] = passed

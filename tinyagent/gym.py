@@ -33,6 +33,15 @@ SPELLINGS = {"read": ("read", "cat"), "edit": ("edit", "patch"), "submit": ("sub
 READ_VERBS, EDIT_VERBS, SUBMIT_VERBS = ({ID[word] for word in SPELLINGS[action]}
                                         for action in ("read", "edit", "submit"))
 LS = ID["ls"]
+
+
+def merge_spellings(tokens):
+    """`tokens` (a tensor of ids) with every action's second spelling replaced by its usual one:
+    what the agent did, not how it spelled it."""
+    merged = tokens.clone()
+    for usual, second in SPELLINGS.values():
+        merged[tokens == ID[second]] = ID[usual]
+    return merged
 TESTS, LOG, SRC = ID["tests"], ID["log"], ID["src"]
 
 
