@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8, then 10_exercises
 # The notebooks that write figures/ (they call plots.save_figure): 10.3, 10.5 and 10.7.
 FIGURE_NOTEBOOKS := $(shell grep -l save_figure $(NOTEBOOKS))
-# One torch thread per notebook: tests run two notebooks at once on two cores.
-export OMP_NUM_THREADS ?= 1
+# One torch thread per notebook, whatever the environment says: tests run two notebooks at once
+# on two cores, and a notebook's own computations then round as the stored outputs did.
+export OMP_NUM_THREADS := 1
 # The pinned arithmetic (tinyagent/arithmetic.py): the same bits on any x86-64 machine. The package
 # sets these too; exporting them here covers every process make starts, before torch loads.
-export ATEN_CPU_CAPABILITY ?= avx2
-export MKL_CBWR ?= COMPATIBLE,STRICT
+export ATEN_CPU_CAPABILITY := avx2
+export MKL_CBWR := COMPATIBLE,STRICT
 # No progress bars in executed notebooks: their stored outputs must not depend on timing.
 export TINYAGENT_PROGRESS ?= 0
 EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
@@ -49,14 +50,14 @@ unit: $(STAMP)
 	$(BIN)/pytest -n 2 tests
 
 bench: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.bench
+	$(BIN)/python -m tinyagent.bench
 
 # Jupyter refuses to start as root (as in many containers) unless told it may.
 lab: $(STAMP)
 	TINYAGENT_PROGRESS=1 $(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 chapter9: $(STAMP)
-	OMP_NUM_THREADS=2 $(BIN)/python -m tinyagent.chapter9
+	$(BIN)/python -m tinyagent.chapter9
 
 # Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
 # (SFT sets its own thread count); python -m tinyagent.pretrain --replace overwrites it.

@@ -2,8 +2,8 @@
 
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
-attempts), at one torch thread and at two, and two such runs side by side in two worker processes
-(how the notebooks compute their runs). Then a profile of a few one-thread steps splits a step
+attempts), on the one torch thread the pinned arithmetic trains on, and two such runs side by
+side in two worker processes (how the notebooks compute their runs, one per core). Then a profile of a few one-thread steps splits a step
 into sampling and updating, and the operator time by what the operators compute: where the time
 goes. The arithmetic is the pinned one (arithmetic.py) unless the environment says otherwise.
 """
@@ -24,10 +24,8 @@ from .policy import load_rl_base
 STEPS = 40
 
 
-def timed_run(threads, seed=0, steps=STEPS):
-    """One run + held-out evaluation at `threads` torch threads: wall-clock seconds training,
-    evaluating and in total."""
-    torch.set_num_threads(threads)
+def timed_run(seed=0, steps=STEPS):
+    """One run + held-out evaluation: wall-clock seconds training, evaluating and in total."""
     policy = load_rl_base()
     reference = frozen_copy(policy)
     start = time.perf_counter()
@@ -52,10 +50,9 @@ PHASES = ("sampling", "update")     # the labels train_rl gives its two halves
 
 
 def step_profile(steps=4):
-    """`steps` one-thread steps of `train_rl` under the profiler: seconds per step in each of
-    PHASES, and the self CPU time of the operators by group, as shares of all operator time. The
-    profiler adds overhead of its own, so the numbers are approximate."""
-    torch.set_num_threads(1)
+    """`steps` steps of `train_rl` under the profiler: seconds per step in each of PHASES, and the
+    self CPU time of the operators by group, as shares of all operator time. The profiler adds
+    overhead of its own, so the numbers are approximate."""
     policy = load_rl_base()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         train_rl(policy, RLConfig(), steps=steps, progress=False)
@@ -70,15 +67,11 @@ def step_profile(steps=4):
     return phases, {group: t / total for group, t in seconds.most_common()}
 
 
-def _one_thread_run(seed):
-    return timed_run(threads=1, seed=seed)
-
-
 def side_by_side(seeds=(0, 1)):
     """Wall-clock seconds for one run per seed, each in its own worker process at one thread."""
     start = time.perf_counter()
     with ProcessPoolExecutor(len(seeds), mp_context=get_context("spawn")) as pool:
-        list(pool.map(_one_thread_run, seeds))
+        list(pool.map(timed_run, seeds))
     return time.perf_counter() - start
 
 
@@ -89,15 +82,14 @@ def main(argv=None):
           f"({'pinned' if state['pinned'] else 'NOT the pinned arithmetic'}); "
           f"policy in {load_rl_base().head.weight.dtype}")
     print(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
-    for threads in (1, 2):
-        r = timed_run(threads)
-        print(f"  {threads} thread{'s' if threads > 1 else ' '}  total {r['total']:5.1f} s "
-              f"(training {r['training']:5.1f} s, evaluation {r['evaluation']:.2f} s)")
+    r = timed_run()
+    print(f"  one run: {r['total']:5.1f} s (training {r['training']:5.1f} s, evaluation "
+          f"{r['evaluation']:.2f} s)")
     both = side_by_side()
     print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
           f"{both / 2:5.1f} s a run")
     phases, shares = step_profile()
-    print("one-thread step under the profiler: " + ", ".join(
+    print("a step under the profiler: " + ", ".join(
         f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES))
     print("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
 
