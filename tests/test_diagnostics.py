@@ -148,18 +148,21 @@ def test_malformed_calls_count_only_calls_the_gym_rejects():
 
 def test_run_summary_reads_the_table_columns_and_the_claims_quantities():
     history = [{"entropy": 0.5 - 0.01 * s, "reward": s / 40} for s in range(40)]
-    scored = {"pass@1": 0.7, "pass@8": 0.9, "distinct": 6.5, "kl_to_ref": 0.3, "reads": 1.1,
+    scored = {"pass@1": 0.7, "pass@8": 0.9, "distinct": 6.5, "distinct_raw": 7.5, "kl_to_ref": 0.3,
+              "reads": 1.1,
               "malformed": 0.2, "passed_per_task": [0, 16, 12, 0, 9, 16, 16, 3, 8, 14]}
     row = run_summary({"history": history, "eval": scored})
     assert (row["entropy"], row["entropy_start"]) == (history[-1]["entropy"], 0.5)
     assert row["kl_to_ref"] == 0.3 and row["pass@8"] == 0.9 and row["unsolved"] == 2
+    assert (row["distinct"], row["distinct_raw"]) == (6.5, 7.5)
     assert row["late_reward"] == pytest.approx(sum(range(30, 40)) / 40 / 10)
 
 
 @pytest.mark.parametrize("late_steps", [0, 4, 1.5])
 def test_run_summary_refuses_late_steps_outside_the_run(late_steps):
     run = {"history": [{"entropy": 0.5, "reward": 0.1}] * 3,
-           "eval": {"pass@1": 0.5, "pass@8": 0.9, "distinct": 2.0, "kl_to_ref": 0.1, "reads": 0.2,
+           "eval": {"pass@1": 0.5, "pass@8": 0.9, "distinct": 2.0, "distinct_raw": 2.0,
+                    "kl_to_ref": 0.1, "reads": 0.2,
                     "malformed": 0.1, "passed_per_task": [1, 0]}}
     with pytest.raises(ValueError, match=r"late_steps must be an integer in \[1, 3\]"):
         run_summary(run, late_steps)
