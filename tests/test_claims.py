@@ -347,9 +347,76 @@ def test_design_review_claims_on_a_share_row():
     assert "beta 0.01" in C.design_review_claims(beta=0.01)[0].text
 
 
+# ----------------------------------------------------------------------------- Figure 10.3
+
+def figure_runs(**curves):
+    """{label: run} for one seed, with the seven curves Figure 10.3 draws shaped as the chapter
+    reads them; `curves` maps a label to {"entropy": ..., "reward": ...} replacements."""
+    shapes = {"none": (linear(0.52, 0.12), linear(0.3, 0.86)),
+              "k3+ beta=0.05": (linear(0.52, 0.15), linear(0.3, 0.85)),
+              "k3+ beta=0.3": (linear(0.52, 0.28), linear(0.3, 0.73)),
+              "k3+ beta=1.0": (np.full(STEPS, 0.52), np.full(STEPS, 0.3)),
+              "k3 beta=0.3": (linear(0.52, 0.29), linear(0.3, 0.72)),
+              "reward beta=0.3": (linear(0.52, 0.40), linear(0.3, 0.5)),
+              "entropy 0.03": (linear(0.40, 0.31), linear(0.3, 0.86))}
+    out = {}
+    for label, (entropy, reward) in shapes.items():
+        over = curves.get(label, {})
+        out[label] = run(history(entropy=over.get("entropy", entropy),
+                                 reward=over.get("reward", reward)))
+    return out
+
+
+def test_every_reading_of_the_figure_holds_on_curves_shaped_like_the_books():
+    table = score_claims(C.figure_claims(), [figure_runs() for _ in SEEDS])
+    assert (table["category"] == "holds").all(), table.loc[table["category"] != "holds", "claim"]
+
+
+def test_figure_claims_read_window_means_not_single_steps():
+    reward = linear(0.3, 0.86)
+    reward[25] = 0.0                                     # one bad step moves its window by 1/10
+    assert C.window_means(figure_runs(**{"entropy 0.03": {"reward": reward}}), "entropy 0.03",
+                          "reward")[1] == pytest.approx(np.mean(linear(0.3, 0.86)[20:30])
+                                                        - linear(0.3, 0.86)[25] / 10)
+    by_key = {claim.key: claim for claim in C.figure_claims()}
+    one_step = figure_runs(**{"entropy 0.03": {"reward": reward}})
+    assert by_key["fig_bonus_reward"].holds(by_key["fig_bonus_reward"].measure(one_step))
+    lower = figure_runs(**{"entropy 0.03": {"reward": linear(0.3, 0.86) - 0.15}})
+    assert not by_key["fig_bonus_reward"].holds(by_key["fig_bonus_reward"].measure(lower))
+
+
+def test_figure_claims_use_the_bands_passed_and_the_orders_break_on_one_crossing():
+    apart = figure_runs(**{"k3 beta=0.3": {"entropy": linear(0.52, 0.45)}})
+    strict = score_claims(C.figure_claims(), [apart] * 5).loc["fig_k3_entropy"]
+    loose = score_claims(C.figure_claims(near_entropy=0.2), [apart] * 5).loc["fig_k3_entropy"]
+    assert (strict["category"], loose["category"]) == ("does not hold", "holds")
+    crossed = figure_runs(**{"k3+ beta=0.3": {"entropy": np.full(STEPS, 0.6)}})
+    assert score_claims(C.figure_claims(), [crossed] * 5).loc["fig_kl_entropy", "category"] == \
+        "does not hold"
+    assert C.NEAR_ENTROPY == pytest.approx((0.3 - SECTION_10_7["none"]["entropy"]) / 2)
+
+
+def test_failing_seeds_names_the_seeds_where_a_claim_fails():
+    seeds = [nine_runs(**{"k3 beta=0.3": {"pass@1": 0.45}}) if i in (1, 3) else nine_runs()
+             for i in range(len(SEEDS))]
+    failed = C.failing_seeds(C.comparison_claims(), seeds, SEEDS)
+    assert failed["k3_vs_k3plus"] == "1, 3"
+    assert all(v == "" for k, v in failed.items() if k != "k3_vs_k3plus")
+
+
+def test_pass1_gaps_count_only_beyond_the_noise():
+    # the reward KL 0.05 below the lower loss placement: a sign, not a gap beyond 0.08
+    seeds = [nine_runs(**{"reward beta=0.3": {"pass@1": 0.538}}) for _ in SEEDS]
+    table = score_claims(C.comparison_claims(), seeds)
+    assert table.loc["reward_pass1", "category"] == "does not hold"
+    assert score_claims(C.comparison_claims(noise=0.04), seeds).loc["reward_pass1",
+                                                                      "category"] == "holds"
+
+
 # ----------------------------------------------------------------------------- every claim
 
 ALL = {
+    "figure": (C.figure_claims, figure_runs),
     "clip_higher": (C.clip_higher_claims, lambda: clip_batch()),
     "comparison": (C.comparison_claims, nine_runs),
     "entropy_fall": (C.entropy_fall_claims, five_runs),
