@@ -25,8 +25,8 @@ from tinyagent.policy import Policy, load_rl_base
 from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft
 from tinyagent.regularize import RegularizedConfig, train_regularized
 rl = load_rl_base()
-train_regularized(rl, RegularizedConfig(entropy_coef=0.1, kl_coef=0.05, kl_kind="k3+", seed=1),
-                  steps=3, progress=False)
+train_regularized(rl, RegularizedConfig(entropy_coef=0.1, kl_coef=0.05, kl_kind="k3+", seed=1,
+                                        tasks_per_step=4), steps=3, progress=False)
 sft_policy = Policy(seed=0)
 tokens, mask = make_demonstrations(DemoConfig(n_demos=256))
 sft(sft_policy, tokens, mask, SFTConfig(steps=10, batch_size=32, threads=1))

@@ -192,21 +192,24 @@ def frozen_copy(policy):
 @torch_threads(1)                 # the pinned arithmetic is one thread's (arithmetic.py)
 def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None,
              loss_fn=grpo_loss, shape_rewards=None, next_cfg=None, evaluate=None, eval_every=20,
-             progress=True, desc="GRPO"):
+             progress=True, desc="GRPO", optimizer=None, generator=None, first_step=0):
     """The GRPO loop, Chapter 9's and (with its pieces passed in) Chapter 10's. Trains `policy` in
     place, anchored to `reference` (default: a frozen copy of its start), and returns the per-step
     log (a list of dicts, see the README's logged metrics). What Chapter 10 changes comes in as
     arguments: `loss_fn` for `rl_update`; `shape_rewards(batch, ref_logp, cfg) -> (rewards, log)`
     to change the rewards before the advantages (the KL in the reward); `next_cfg(cfg, log)` for
     the next step's config (an adaptive beta). `evaluate(policy) -> dict`, if given, runs every
-    `eval_every` steps and after the last. Sampling and updating are labelled for the profiler."""
+    `eval_every` steps and after the last. Sampling and updating are labelled for the profiler.
+    An earlier run's `optimizer` (its Adam moments) and `generator` (its random stream), passed in,
+    continue that run, with the log numbered from `first_step`: 40 steps and then 40 more give the
+    bits of 80."""
     positive_int("steps", steps)
     warn_if_unpinned()
     reference = frozen_copy(policy) if reference is None else reference
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
+    gen = torch.Generator().manual_seed(cfg.seed) if generator is None else generator
     history = []
-    for step in trange(steps, desc=desc, disable=not progress):
+    for step in trange(first_step, first_step + steps, desc=desc, disable=not progress):
         with record_function("sampling"):
             batch = sample_step(policy, cfg, gen, tasks)
         with record_function("update"):

@@ -126,13 +126,14 @@ def adapt_kl_coef(cfg, log):
 
 
 def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=TRAIN_TASKS,
-                      reference=None, progress=True):
+                      reference=None, progress=True, **resume):
     """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in: `regularized_loss`, the
     KL in the reward when kl_placement is "reward", and with `cfg.kl_target` an adaptive beta
     (logged as `kl_coef`). `reference` defaults to a frozen copy of the start (pass another to
-    continue a run anchored elsewhere). Trains in place; returns the per-step log.
+    continue a run anchored elsewhere). `resume` (optimizer, generator, first_step) continues an
+    earlier run, as in `train_rl`. Trains in place; returns the per-step log.
     Defined in Section 10.6."""
     return train_rl(policy, cfg, steps, tasks, reference, loss_fn=regularized_loss,
                     shape_rewards=kl_in_reward if cfg.kl_placement == "reward" else None,
                     next_cfg=adapt_kl_coef if cfg.kl_target is not None else None,
-                    progress=progress, desc="regularized GRPO")
+                    progress=progress, desc="regularized GRPO", **resume)

@@ -211,30 +211,56 @@ def _run_config(cfg, steps=40, start=None, reference=None):
             "reference": None if reference is None else policy_digest(reference)}
 
 
-RUN_PARTS = {"history", "eval", "eval_vs_reference", "state"}
+RUN_PARTS = {"history", "eval", "eval_vs_reference", "state", "optimizer", "generator"}
 
 
 def _compute_run(cfg, steps=40, start=None, reference=None):
     """In a worker: train a copy of `start` (default: the RL base agent) for `steps` steps of
     `train_regularized` under `cfg`, anchored to `reference` (default: the start), then evaluate it
-    on the held-out split against the RL base agent and against the reference; cached."""
+    on the held-out split against the RL base agent and against the reference; cached with its
+    optimizer and generator state. A cached shorter run of the same job is continued, not redone
+    (the same bits: `train_rl` resumes exactly)."""
     torch.set_num_threads(1)
     base = load_rl_base()
     start = base if start is None else start
+    config = _run_config(cfg, steps, start, reference)
 
     def compute():
         policy = copy.deepcopy(start)
         anchor = frozen_copy(start) if reference is None else reference
-        history = train_regularized(policy, cfg, steps=steps, reference=anchor, progress=False)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        generator = torch.Generator().manual_seed(cfg.seed)
+        history = []
+        if (earlier := _shorter_run(config, cfg)) is not None:
+            policy.load_state_dict(earlier["state"])
+            optimizer.load_state_dict(earlier["optimizer"])
+            generator.set_state(earlier["generator"])
+            history = earlier["history"]
+        history = history + train_regularized(
+            policy, cfg, steps=steps - len(history), reference=anchor, progress=False,
+            optimizer=optimizer, generator=generator, first_step=len(history))
         vs_base = evaluate(policy, reference=base)
         anchored_at_base = reference is None and start is base
         return {"history": history,
                 "eval": vs_base,
                 "eval_vs_reference": (vs_base if anchored_at_base
                                       else evaluate(policy, reference=anchor)),
-                "state": dict(policy.state_dict())}
+                "state": dict(policy.state_dict()),
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state()}
 
-    return cached(_run_config(cfg, steps, start, reference), compute, check=is_run)
+    return cached(config, compute, check=is_run)
+
+
+def _shorter_run(config, cfg):
+    """The longest cached run that `config` extends (same job, fewer steps), or None. An adaptive
+    beta changes the config as it trains, so those runs always start afresh."""
+    if cfg.kl_target is not None:
+        return None
+    for steps in range(config["steps"] - 1, 0, -1):
+        if (run := lookup({**config, "steps": steps}, check=is_run)) is not None:
+            return run
+    return None
 
 
 def is_run(result):
