@@ -278,16 +278,24 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs"):
     TINYAGENT_WORKERS environment variable, else the number of cores), always started with the
     pinned arithmetic (arithmetic.py) at one torch thread each, and each written to the cache as
     it finishes. So the results depend on nothing but the jobs and the code: not on the number
-    of workers, nor on the machine, nor on how the calling process set up torch."""
+    of workers, nor on the machine, nor on how the calling process set up torch. A job that
+    extends another missing job (the same run, more steps) is computed after it, so that it
+    continues it instead of training those steps again."""
     workers = positive_int("workers", int(workers or os.environ.get("TINYAGENT_WORKERS", 0)
                                           or os.cpu_count()))
-    results = [lookup(_run_config(**job), check=is_run) for job in jobs]
+    configs = [_run_config(**job) for job in jobs]
+    results = [lookup(config, check=is_run) for config in configs]
     missing = [i for i, result in enumerate(results) if result is None]
+    same_run = [{**config, "steps": None} for config in configs]
+    extending = [i for i in missing if any(same_run[i] == same_run[j] and configs[j]["steps"]
+                                           < configs[i]["steps"] for j in missing)]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(missing), desc=desc, disable=not progress)
-    if missing:
+    for wave in ([i for i in missing if i not in extending], extending):
+        if not wave:
+            continue
         with pinned_environment(), ProcessPoolExecutor(
-                min(workers, len(missing)), mp_context=get_context("spawn")) as pool:
-            futures = {i: pool.submit(_run_job, jobs[i]) for i in missing}
+                min(workers, len(wave)), mp_context=get_context("spawn")) as pool:
+            futures = {i: pool.submit(_run_job, jobs[i]) for i in wave}
             for future in futures.values():
                 future.add_done_callback(lambda _: bar.update())
             for i, future in futures.items():
