@@ -11,7 +11,6 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-import pytest
 import torch
 
 from tinyagent.arithmetic import PINS, arithmetic_in_force, pinned_environment

@@ -13,7 +13,6 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .arithmetic import arithmetic_in_force
