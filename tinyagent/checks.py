@@ -47,3 +47,81 @@ def finite_nonnegative(name, value):
 def finite_positive(name, value):
     """`value` as a float if it is a real number in (0, inf)."""
     return real_number(name, value, lambda v: 0 < v < math.inf, "finite and positive")
+
+
+MIN_TEMPERATURE = 1e-3
+
+
+def temperature(name, value):
+    """`value` as a float if it is a sampling temperature: a real number in [1e-3, inf). Below
+    1e-3 sampling is greedy anyway, and logits / temperature overflow to NaN log-probs near
+    1e-38 (1e-310 samples one token forever)."""
+    return real_number(name, value, lambda v: MIN_TEMPERATURE <= v < math.inf,
+                       f"positive and finite, at least {MIN_TEMPERATURE:g} (below it sampling is "
+                       f"greedy, and logits / temperature overflow to NaN log-probs near 1e-38)")
+
+
+def finite_nonempty(name, values):
+    """`values` (a tensor, for example one reward per episode) if it holds at least one number
+    and every number is finite: one NaN reward would turn every advantage NaN."""
+    import torch
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(values).__name__}")
+    if values.numel() == 0:
+        raise ValueError(f"{name} must hold at least one value, got an empty tensor "
+                         f"{tuple(values.shape)}")
+    bad = ~torch.isfinite(values)
+    if bad.any():
+        raise ValueError(f"{name} must be finite, got {values[bad][:3].tolist()} at "
+                         f"{int(bad.sum())} of {values.numel()} positions")
+    return values
+
+
+# ------------------------------------------------------------------ environment variables
+
+FLAG_ON, FLAG_OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_flag(name, default):
+    """The environment variable `name` read as a yes/no switch: 1/true/yes/on or 0/false/no/off
+    in any case; unset or empty gives `default`. Anything else is an error naming the variable."""
+    import os
+    raw = os.environ.get(name, "")
+    if not raw:
+        return bool(default)
+    word = raw.strip().lower()
+    if word in FLAG_ON or word in FLAG_OFF:
+        return word in FLAG_ON
+    raise ValueError(f"environment variable {name}={raw!r} is not a switch; allowed (any case): "
+                     f"{'/'.join(FLAG_ON)} or {'/'.join(FLAG_OFF)}")
+
+
+def env_positive_int(name, default=None):
+    """The environment variable `name` as a positive integer; unset or empty gives `default`.
+    Anything else (abc, 0, -2, 1.5) is an error naming the variable."""
+    import os
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise ValueError(f"environment variable {name}={raw!r} must be a positive integer "
+                         f"(1, 2, ...), or unset for the default")
+    return value
+
+
+def env_path(name, default):
+    """The environment variable `name` as a directory path with `~` expanded; unset or empty
+    gives `default`. A value of only spaces is refused (it would name a directory ' ')."""
+    import os
+    from pathlib import Path
+    raw = os.environ.get(name, "")
+    if not raw:
+        return Path(default)
+    if not raw.strip():
+        raise ValueError(f"environment variable {name}={raw!r} is blank; give a path, or unset "
+                         f"it for the default {default}")
+    return Path(raw).expanduser()

@@ -6,7 +6,7 @@ from math import comb
 import torch
 
 from .arithmetic import torch_threads
-from .checks import positive_int
+from .checks import positive_int, temperature as check_temperature
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS, merge_spellings
 from .sampler import rollout, token_logprobs
@@ -50,6 +50,7 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
     episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
     too, so that their measurements describe the evaluated episodes themselves."""
     positive_int("n (attempts per task)", n)
+    check_temperature("temperature", temperature)
     if not tasks:
         raise ValueError("a held-out rollout needs at least one task")
     gen = torch.Generator().manual_seed(seed)

@@ -20,12 +20,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .checks import positive_int
 from .vocab import ID, KIND_IDS, NAME_IDS, encode
 
 N_FUNCTIONS = 5
 MAX_CALLS = 6            # the turn limit: a looping or babbling episode ends here
 MAX_CALL_TOKENS = 4      # the longest valid call, `<call> read tests </call>`
 BLIND_CEILING = 1 / N_FUNCTIONS
+PROMPT_TOKENS = 3 + 2 * N_FUNCTIONS                   # <bos> <task> (name kind) x5 </task>
+LONGEST_OBSERVATION = 3 + N_FUNCTIONS                 # <obs> src name x5 </obs>
+MAX_EPISODE_TOKENS = (PROMPT_TOKENS + MAX_CALLS * MAX_CALL_TOKENS        # the last call has no
+                      + (MAX_CALLS - 1) * LONGEST_OBSERVATION)          # observation: 77
 
 CALL, END_CALL = ID["<call>"], ID["</call>"]
 # Three actions have a second, rarer spelling with the same effect: (usual, second) per action.
@@ -45,6 +50,11 @@ def merge_spellings(tokens):
 TESTS, LOG, SRC = ID["tests"], ID["log"], ID["src"]
 
 
+def _is_index(value):
+    """Whether `value` is an int (not a bool) in [0, N_FUNCTIONS)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < N_FUNCTIONS
+
+
 @dataclass(frozen=True)
 class Task:
     """One repair task. `kinds`: what each of the five functions does (kind-word ids);
@@ -54,6 +64,19 @@ class Task:
     bug: int
     decoy: int | None = None
 
+    def __post_init__(self):
+        kinds, bug, decoy = self.kinds, self.bug, self.decoy
+        if (not isinstance(kinds, tuple) or len(kinds) != N_FUNCTIONS
+                or len(set(kinds)) != N_FUNCTIONS or not set(kinds) <= set(KIND_IDS)):
+            raise ValueError(f"Task kinds must be a tuple of {N_FUNCTIONS} distinct kind-word ids "
+                             f"(vocab.KIND_IDS, {KIND_IDS[0]}..{KIND_IDS[-1]}), got {kinds!r}")
+        if not _is_index(bug):
+            raise ValueError(f"Task bug must be a function index in [0, {N_FUNCTIONS}), "
+                             f"got {bug!r}")
+        if decoy is not None and (not _is_index(decoy) or decoy == bug):
+            raise ValueError(f"Task decoy must be None or a function index in [0, {N_FUNCTIONS}) "
+                             f"other than the bug {bug}, got {decoy!r}")
+
     @property
     def needs_log(self):
         return self.decoy is not None
@@ -61,6 +84,10 @@ class Task:
 
 def make_tasks(n, n_log, gen, exclude=()):
     """`n` distinct tasks, `n_log` of them of the log-reading minority, none in `exclude`."""
+    positive_int("n (tasks)", n)
+    if isinstance(n_log, bool) or not isinstance(n_log, int) or not 0 <= n_log <= n:
+        raise ValueError(f"the number of log-reading tasks must be an integer in [0, {n}] (the "
+                         f"number of tasks), got {n_log!r}")
     tasks, seen = [], set(exclude)
     while len(tasks) < n:
         kinds = tuple(KIND_IDS[i] for i in torch.randperm(len(KIND_IDS), generator=gen)[:N_FUNCTIONS])
@@ -155,7 +182,13 @@ class Episode:
 
 def parse_call(call, names):
     """(verb, argument) for a well-formed call, None for a malformed one. The argument is a
-    file token for `read`, a function index for `edit`, None otherwise."""
+    file token for `read`, a function index for `edit`, None otherwise. `call` is a list (or
+    tuple, or 1-d tensor) of token ids; anything else is a TypeError, not a malformed call."""
+    if isinstance(call, torch.Tensor):
+        call = call.tolist()
+    if not isinstance(call, (list, tuple)) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in call):
+        raise TypeError(f"a call must be a list of token ids (ints), got {call!r:.80}")
     call = list(call)
     if len(call) < 3 or call[0] != CALL or call[-1] != END_CALL:
         return None

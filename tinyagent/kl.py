@@ -12,13 +12,34 @@ KL_KINDS = ("k1", "k2", "k3")
 KL_ESTIMATE_KINDS = KL_KINDS + tuple(k + "+" for k in KL_KINDS)
 
 
-def check_logps(logp, ref_logp):
-    """Refuse log-probabilities that cannot be compared token by token."""
+def check_logprobs(name, logp):
+    """Refuse values that are not log-probabilities of sampled tokens: NaN, -inf (a token of
+    probability 0 was sampled), +inf, or above 0 (a probability above 1, or raw logits).
+    The one rule for log-probs; it lives here so that the math leaf imports only torch."""
+    if not isinstance(logp, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of log-probabilities, got {type(logp).__name__}")
+    values = logp.detach()
+    bad = ~(values <= 0) | (values == -torch.inf)          # NaN fails `<= 0`
+    if bad.any():
+        raise ValueError(f"{name} must be finite log-probabilities <= 0 (no NaN or inf), got "
+                         f"{values[bad][:3].tolist()} at {int(bad.sum())} of {values.numel()} "
+                         f"positions")
+
+
+def check_logps(logp, ref_logp, mask=None):
+    """Refuse log-probabilities that cannot be compared token by token (with a `mask`, only its
+    positions must be log-probabilities: padding elsewhere may hold anything)."""
+    if not isinstance(logp, torch.Tensor) or not isinstance(ref_logp, torch.Tensor):
+        raise TypeError(f"logp and ref_logp must be tensors, got {type(logp).__name__} and "
+                        f"{type(ref_logp).__name__}")
     if logp.shape != ref_logp.shape:
         raise ValueError(f"logp and ref_logp must have the same shape, got {tuple(logp.shape)} "
                          f"and {tuple(ref_logp.shape)}")
-    if torch.isnan(logp).any() or torch.isnan(ref_logp).any():
-        raise ValueError("logp and ref_logp must not contain NaN log-probabilities")
+    if mask is not None:
+        check_mask(mask, logp.shape, of="logp")
+        logp, ref_logp = logp[mask], ref_logp[mask]
+    check_logprobs("logp", logp)
+    check_logprobs("ref_logp", ref_logp)
 
 
 def kl_penalty(logp, ref_logp, kind):
@@ -30,6 +51,11 @@ def kl_penalty(logp, ref_logp, kind):
     if kind not in KL_KINDS:
         raise ValueError(f"unknown KL kind {kind!r}; allowed: {', '.join(KL_KINDS)}")
     check_logps(logp, ref_logp)
+    return _estimator(logp, ref_logp, kind)
+
+
+def _estimator(logp, ref_logp, kind):
+    """`kl_penalty` on log-probs already checked."""
     log_ratio = ref_logp - logp
     if kind == "k1":
         return -log_ratio
@@ -77,10 +103,26 @@ def masked_mean(x, mask):
     return torch.where(mask, x, torch.zeros((), dtype=x.dtype)).sum() / count
 
 
+def check_log_distribution(logprobs):
+    """Refuse a tensor (..., V) that cannot hold log-distributions: a NaN, +inf or a value
+    above 0 (raw logits have them). -inf, probability 0, is allowed; so are rows of zeros, the
+    padding `token_logprobs` puts at position 0."""
+    if not isinstance(logprobs, torch.Tensor) or not logprobs.is_floating_point():
+        raise TypeError(f"logprobs must be a floating-point tensor (..., V), got "
+                        f"{getattr(logprobs, 'dtype', type(logprobs).__name__)}")
+    values = logprobs.detach()
+    bad = ~(values <= 0)                                   # NaN and +inf fail too
+    if bad.any():
+        raise ValueError(f"logprobs must be log-probabilities (<= 0, no NaN), got "
+                         f"{values[bad][:3].tolist()}; for logits, apply log_softmax first")
+
+
 def entropy(logprobs):
     """Entropy (nats) of each distribution given by its log-probabilities: (..., V) -> (...).
     A token of probability 0 (log-prob -inf) adds 0, not 0 * -inf = NaN, to the value and to
-    the gradient."""
+    the gradient. Refuses NaN, +inf and values above 0, such as raw logits (apply log_softmax
+    first)."""
+    check_log_distribution(logprobs)
     impossible, zero = logprobs == -torch.inf, torch.zeros((), dtype=logprobs.dtype)
     safe = torch.where(impossible, zero, logprobs)
     return -torch.where(impossible, zero, safe.exp() * safe).sum(-1)
@@ -111,8 +153,8 @@ def entropy_bonus(logits, mask):
 def sequence_kl(logp, ref_logp, mask):
     """Per episode, the sum of k1 = log pi - log pi_ref over its policy tokens: the sampled
     estimate of the sequence KL that the reward placement subtracts. Defined in Section 10.4."""
-    check_mask(mask, logp.shape, of="logp")
-    k1 = kl_penalty(logp, ref_logp, "k1")
+    check_logps(logp, ref_logp, mask)
+    k1 = _estimator(logp, ref_logp, "k1")
     return torch.where(mask, k1, torch.zeros((), dtype=k1.dtype)).sum(dim=1)
 
 
@@ -124,4 +166,5 @@ def mismatch_kl(trainer_logp, sampler_logp, mask):
         raise ValueError(f"trainer_logp and sampler_logp must have the same shape, got "
                          f"{tuple(trainer_logp.shape)} and {tuple(sampler_logp.shape)}")
     check_mask(mask, trainer_logp.shape, of="trainer_logp")
-    return masked_mean(kl_penalty(sampler_logp, trainer_logp, "k3"), mask)
+    check_logps(sampler_logp, trainer_logp, mask)
+    return masked_mean(_estimator(sampler_logp, trainer_logp, "k3"), mask)

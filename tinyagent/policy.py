@@ -169,9 +169,11 @@ def _checksum_path(path):
     return path.with_suffix(".sha256")
 
 
-def _write_atomically(path, data):
+def write_atomically(path, data):
     """Write `data` to a temporary file beside `path`, then rename it over `path`: a killed
-    write leaves the old file whole. The temporary file is removed if anything fails."""
+    write leaves the old file whole. The temporary file is removed if anything fails. `data` is
+    bytes; the one atomic write of the package (the run cache uses it too)."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
@@ -198,21 +200,29 @@ def _recorded_checksum(sums):
     return match.group(1).lower()
 
 
-def _is_shipped(path):
-    """Whether `path`, however spelled, is the shipped RL base checkpoint."""
-    return path.resolve() == RL_BASE_CHECKPOINT or (
-        path.exists() and RL_BASE_CHECKPOINT.exists() and os.path.samefile(path, RL_BASE_CHECKPOINT))
+def is_shipped_checkpoint(path):
+    """Whether `path`, however spelled (relative, with `..` or `~`, a symlink or a hard link), is
+    the shipped RL base checkpoint or its checksum file."""
+    path = Path(path).expanduser()
+    shipped = (RL_BASE_CHECKPOINT, RL_BASE_CHECKPOINT.with_suffix(".sha256"))
+    return path.resolve() in shipped or any(
+        path.exists() and other.exists() and os.path.samefile(path, other) for other in shipped)
 
 
-def save_policy(policy, path):
+def save_policy(policy, path, replace_shipped=False):
     """Write the checkpoint (`path` ends in .pt) and its `.sha256` file beside it, each written
-    atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256."""
-    path = Path(path)
+    atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256.
+    The shipped checkpoint is refused under any spelling unless `replace_shipped` is True (what
+    `python -m tinyagent.pretrain --replace` passes)."""
+    path = Path(path).expanduser()
     sums = _checksum_path(path)
+    if not replace_shipped and (is_shipped_checkpoint(path) or is_shipped_checkpoint(sums)):
+        raise ValueError(f"{path} is the shipped checkpoint {RL_BASE_CHECKPOINT}; save elsewhere, "
+                         f"or rebuild it with `python -m tinyagent.pretrain --replace`")
     data = _state_bytes(policy)
     digest = hashlib.sha256(data).hexdigest()
-    _write_atomically(path, data)     # killed before the next line: the checksums differ, and
-    _write_atomically(sums, (digest + "\n").encode())   # load_policy refuses the pair
+    write_atomically(path, data)      # killed before the next line: the checksums differ, and
+    write_atomically(sums, (digest + "\n").encode())    # load_policy refuses the pair
     return digest
 
 
@@ -229,7 +239,7 @@ def load_policy(path):
     expected = _recorded_checksum(sums)
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
-        advice = ("rebuild it with `python -m tinyagent.pretrain --replace`" if _is_shipped(path)
+        advice = ("rebuild it with `python -m tinyagent.pretrain --replace`" if is_shipped_checkpoint(path)
                   else "save it again, or restore both files from your copy")
         raise ValueError(f"checkpoint {path} is corrupted or was changed after its checksum was "
                          f"written: sha256 {actual[:12]}... does not match the "
@@ -243,6 +253,12 @@ def load_policy(path):
         raise ValueError(f"checkpoint {path} does not match this PolicyConfig: {err}") from err
     if cfg.vocab_size != VOCAB_SIZE:
         raise ValueError(f"checkpoint {path} has vocab_size {cfg.vocab_size}, the gym has {VOCAB_SIZE}")
+    broken = [name for name, t in policy.state_dict().items()
+              if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        raise ValueError(f"checkpoint {path} has non-finite weights (NaN or inf) in {len(broken)} "
+                         f"tensors, first {broken[:3]}: it was saved from a diverged run; its "
+                         f"checksum only says the file is unchanged")
     return policy
 
 

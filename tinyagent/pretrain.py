@@ -28,7 +28,8 @@ from .arithmetic import torch_threads
 from .evaluate import EVAL_SEED, heldout_rollout
 from .gym import HELDOUT_TASKS, N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .kl import entropy
-from .policy import RL_BASE_CHECKPOINT as CHECKPOINT, Policy, load_policy, save_policy
+from .policy import (RL_BASE_CHECKPOINT as CHECKPOINT, Policy, is_shipped_checkpoint,
+                     load_policy, save_policy)
 from .sampler import token_logprobs
 from .vocab import ID, PAD, WORDS, encode
 
@@ -221,9 +222,7 @@ def main(argv=None):
                         help="attempts at each held-out task in the comparison")
     args = parser.parse_args(argv)
     out = (args.out or (CHECKPOINT if args.replace else SCRATCH)).resolve()
-    # the shipped agent under any spelling: a relative path, `..`, a symlink or a hard link
-    is_shipped = out == CHECKPOINT or (out.exists() and CHECKPOINT.exists()
-                                       and out.samefile(CHECKPOINT))
+    is_shipped = is_shipped_checkpoint(out)      # under any spelling: `..`, a symlink, a hard link
     if args.replace and not is_shipped:
         parser.error(f"--replace writes {CHECKPOINT}; it cannot go with --out {args.out}")
     if is_shipped and not args.replace:
@@ -247,7 +246,7 @@ def main(argv=None):
     start = time.perf_counter()
     policy = build_rl_base(progress=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    digest = save_policy(policy, out)
+    digest = save_policy(policy, out, replace_shipped=is_shipped)
     print(f"wrote {out} sha256 {digest} in {(time.perf_counter() - start) / 60:.1f} min")
     if shipped is None:
         return

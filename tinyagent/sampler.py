@@ -9,14 +9,14 @@ Sampling uses its own float64 uniforms and the inverse CDF with an explicit gene
 float64 even for a lower-precision copy of the policy), one uniform per episode and position whether or not that position samples, so an episode's draws
 do not depend on how long the others run, and results do not depend on torch's multinomial.
 """
-import math
 from collections import deque
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .gym import Episode, call_ended
+from .checks import temperature as check_temperature
+from .gym import MAX_EPISODE_TOKENS, Episode, call_ended
 from .vocab import PAD
 
 
@@ -33,10 +33,23 @@ class Rollout:
     temperature: float
 
 
-def check_temperature(temperature):
-    """Refuse a temperature that does not define a distribution (zero, negative, inf or NaN)."""
-    if not 0 < temperature < math.inf:
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+def check_logits(logits, pos):
+    """Refuse the policy's next-token logits at `pos` if any is NaN or infinite: sampling from
+    them would go on and score nonsense."""
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError(f"the policy's logits for position {pos} are not finite (NaN or "
+                                 f"inf): its weights are probably non-finite (a coefficient or "
+                                 f"learning rate that overflows float32); rollout stopped")
+
+
+def check_complete(episodes, block_size):
+    """Refuse a batch in which `block_size` cut an episode off before it ended: it would score 0
+    as if it had failed."""
+    cut = [i for i, episode in enumerate(episodes) if not episode.done]
+    if cut:
+        raise ValueError(f"block_size {block_size} cut off {len(cut)} of {len(episodes)} "
+                         f"episodes (first: {cut[:5]}) before submit or the turn limit; the "
+                         f"longest episode needs {MAX_EPISODE_TOKENS} positions")
 
 
 def sample_tokens(logits, uniforms):
@@ -56,7 +69,7 @@ def draw_uniforms(n, gen):
 @torch.no_grad()
 def rollout(policy, tasks, gen, temperature=1.0):
     """Run one episode per task in `tasks` (repeat a task for a group of attempts)."""
-    check_temperature(temperature)
+    check_temperature("temperature", temperature)
     if not tasks:
         raise ValueError("rollout needs at least one task")
     episodes = [Episode.start(task, gen) for task in tasks]
@@ -70,6 +83,7 @@ def rollout(policy, tasks, gen, temperature=1.0):
     for _ in range(P - 1):                                # prompt positions: nothing to sample
         draw_uniforms(B, gen)
     logits = policy.prefill(torch.tensor(rows), cache).double()            # (B, V)
+    check_logits(logits, P)
     running = list(range(B))                              # episodes still in the batch
     for pos in range(P - 1, max_len - 1):                 # the token at pos + 1
         sampled, logprobs = sample_tokens(logits / temperature, draw_uniforms(B, gen)[running])
@@ -92,6 +106,8 @@ def rollout(policy, tasks, gen, temperature=1.0):
             cache = [(k[keep], v[keep]) for k, v in cache]
         current = torch.tensor([rows[i][pos + 1] for i in running])
         logits = policy.step(current, pos + 1, cache).double()                 # (B', V)
+        check_logits(logits, pos + 2)
+    check_complete(episodes, max_len)
     width = max(len(row) for row in rows)
     tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
     policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
@@ -115,7 +131,7 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     in row-major order. The model then runs on groups of `group_rows` episodes of similar
     length, each cut at its last masked token, instead of on a batch padded to the longest.
     """
-    check_temperature(temperature)
+    check_temperature("temperature", temperature)
     if mask is None:
         log_dist = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
         logp = log_dist.gather(-1, tokens[:, 1:, None])[..., 0]                 # (B, T-1)

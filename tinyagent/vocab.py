@@ -1,5 +1,7 @@
 """The 316-word vocabulary of the one-edit gym: structure tokens, tool verbs, files, observation
 words, function-kind words (what a task's functions do) and a pool of anonymous names."""
+import operator
+
 
 STRUCTURE = ("<pad>", "<bos>", "<task>", "</task>", "<call>", "</call>", "<obs>", "</obs>")
 VERBS = ("ls", "read", "cat", "edit", "patch", "submit", "done")
@@ -33,8 +35,17 @@ def encode(words):
 
 
 def decode(ids):
-    """Token ids to a space-separated string."""
-    bad = [i for i in ids if not 0 <= int(i) < VOCAB_SIZE]
+    """Token ids (ints, or an integer tensor) to a space-separated string."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"decode takes token ids, not text: got {ids!r:.80}; encode turns words "
+                        f"into ids")
+    as_ints = []
+    for i in ids:
+        try:
+            as_ints.append(None if isinstance(i, bool) else operator.index(i))
+        except TypeError:
+            as_ints.append(None)
+    bad = [i for i, j in zip(ids, as_ints) if j is None or not 0 <= j < VOCAB_SIZE]
     if bad:
-        raise ValueError(f"token ids must lie in [0, {VOCAB_SIZE}), got {bad[:5]}")
-    return " ".join(WORDS[int(i)] for i in ids)
+        raise ValueError(f"token ids must lie in [0, {VOCAB_SIZE}) and be integers, got {bad[:5]}")
+    return " ".join(WORDS[i] for i in as_ints)
