@@ -54,3 +54,11 @@ def test_evaluate_scores_the_heldout_rollout_by_hand():
 def test_an_evaluation_needs_tasks_and_attempts(tasks, n, message):
     with pytest.raises(ValueError, match=message):
         evaluate(Policy(seed=0), tasks, n=n)
+
+
+@pytest.mark.parametrize("temperature", [1e-310, 0.0, float("nan")])
+def test_an_evaluation_refuses_the_temperatures_the_config_refuses(temperature):
+    with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
+        evaluate(Policy(seed=0), HELDOUT_TASKS[:1], n=2, temperature=temperature)
+    with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
+        heldout_rollout(Policy(seed=0), HELDOUT_TASKS[:1], n=2, temperature=temperature)

@@ -131,3 +131,57 @@ def test_merge_spellings_maps_every_second_spelling_to_its_usual_one_and_nothing
     assert sorted(changed) == sorted(ID[second] for _, second in SPELLINGS.values())
     assert all(merged[ID[second]] == ID[usual] for usual, second in SPELLINGS.values())
     assert torch.equal(tokens, torch.arange(VOCAB_SIZE))          # the input is left alone
+
+
+@pytest.mark.parametrize("bad", ["<call> ls </call>", [4.0, 8.0, 5.0], None, [True, 8, 5]])
+def test_parse_call_refuses_what_is_not_a_list_of_token_ids(bad):
+    from tinyagent.gym import parse_call
+    with pytest.raises(TypeError, match="a call must be a list of token ids"):
+        parse_call(bad, (ID["fn000"],))
+
+
+def test_parse_call_takes_a_list_a_tuple_or_a_tensor_of_ids():
+    from tinyagent.gym import parse_call
+    ids = encode("<call> ls </call>")
+    assert parse_call(ids, ()) == parse_call(tuple(ids), ()) == parse_call(torch.tensor(ids), ()) \
+        == ("ls", None)
+
+
+@pytest.mark.parametrize("ids", [[1.7], [True], [-1], [VOCAB_SIZE], torch.tensor([1.0])])
+def test_decode_refuses_what_is_not_a_token_id(ids):
+    with pytest.raises(ValueError, match=rf"token ids must lie in \[0, {VOCAB_SIZE}\) and be integers"):
+        decode(ids)
+
+
+def test_decode_refuses_text():
+    with pytest.raises(TypeError, match="decode takes token ids, not text"):
+        decode("<bos>")
+
+
+@pytest.mark.parametrize("kinds,bug,decoy,message", [
+    ((), 0, None, "kinds must be a tuple of 5 distinct kind-word ids"),
+    ("TASK", 0, None, "kinds must be a tuple"),
+    ((ID["ls"],) * 5, 0, None, "distinct kind-word ids"),
+    (None, 5, None, "bug must be a function index in \\[0, 5\\)"),
+    (None, True, None, "bug must be a function index"),
+    (None, 1, 1, "decoy must be None or a function index .* other than the bug 1"),
+    (None, 1, 7, "decoy must be None"),
+])
+def test_a_task_that_is_not_one_is_refused(kinds, bug, decoy, message):
+    from tinyagent.gym import Task
+    kinds = TRAIN_TASKS[0].kinds if kinds is None else kinds
+    with pytest.raises(ValueError, match=message):
+        Task(kinds, bug, decoy)
+
+
+@pytest.mark.parametrize("n_heldout_log", [20, 11, -1, 1.5])
+def test_make_splits_refuses_more_log_tasks_than_tasks(n_heldout_log):
+    from tinyagent.gym import make_splits
+    with pytest.raises(ValueError, match=r"log-reading tasks must be an integer in \[0, 10\]"):
+        make_splits(n_heldout_log=n_heldout_log)
+
+
+def test_make_splits_refuses_an_empty_split():
+    from tinyagent.gym import make_splits
+    with pytest.raises(ValueError, match="n \\(tasks\\) must be a positive integer"):
+        make_splits(n_heldout=0)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import tinyagent.kl
-from tinyagent.kl import (KL_ESTIMATE_KINDS, KL_KINDS, entropy_bonus, kl_estimate, kl_penalty,
-                          mismatch_kl, policy_entropy, sequence_kl)
+from tinyagent.kl import (KL_ESTIMATE_KINDS, KL_KINDS, entropy_bonus, entropy, kl_estimate,
+                          kl_penalty, mismatch_kl, policy_entropy, sequence_kl)
 
 
 def _logps(seed=0, shape=(3, 7)):
@@ -210,3 +210,35 @@ def test_impossible_tokens_add_nothing_to_the_entropy_or_its_gradient():
     value = entropy_bonus(logprobs, torch.ones(2, dtype=torch.bool))
     value.backward()
     assert value.item() == pytest.approx(math.log(2) / 2) and torch.isfinite(logprobs.grad).all()
+
+
+@pytest.mark.parametrize("bad", [5.0, math.inf, -math.inf, 1e-9])
+@pytest.mark.parametrize("which", ["logp", "ref_logp"])
+def test_impossible_log_probabilities_are_refused(bad, which):
+    """A log-prob above 0 (a probability above 1) or infinite is not a sampled token's."""
+    logp, ref_logp = _logps()
+    broken = (logp if which == "logp" else ref_logp).clone()
+    broken[0, 0] = bad
+    args = (broken, ref_logp) if which == "logp" else (logp, broken)
+    mask = torch.ones(logp.shape, dtype=torch.bool)
+    for call in (lambda a, b: kl_penalty(a, b, "k3"), lambda a, b: kl_estimate(a, b, "k3+"),
+                 lambda a, b: sequence_kl(a, b, mask), lambda a, b: mismatch_kl(b, a, mask)):
+        with pytest.raises(ValueError, match=rf"{which} must be finite log-probabilities <= 0"):
+            call(*args)
+
+
+def test_kl_functions_refuse_what_is_not_a_tensor():
+    logp, _ = _logps()
+    with pytest.raises(TypeError, match="must be tensors"):
+        kl_penalty(logp, logp.tolist(), "k1")
+
+
+def test_the_entropy_of_raw_logits_is_refused():
+    logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(0), **F64) * 5
+    with pytest.raises(ValueError, match="apply log_softmax first"):
+        entropy(logits)
+    with pytest.raises(ValueError, match="log-probabilities"):
+        entropy(torch.tensor([[math.log(0.5), math.nan]], **F64))
+    assert entropy(torch.log_softmax(logits, -1)).min() > 0
+    with pytest.raises(TypeError, match="floating-point tensor"):
+        entropy(torch.zeros(2, 3, dtype=torch.long))

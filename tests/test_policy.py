@@ -1,3 +1,6 @@
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -141,3 +144,57 @@ def test_only_the_shipped_checkpoint_is_sent_to_pretrain_replace(tmp_path, monke
     assert "pretrain" not in str(err.value)               # overwrite the shipped agent instead
     with pytest.raises(ValueError, match="corrupted.*pretrain --replace"):
         load_policy(tmp_path / ".." / tmp_path.name / "rl_base.pt")
+
+
+def _spellings(shipped):
+    """The shipped checkpoint spelled as issue 21 found it overwritten, and other ways."""
+    relative = Path(os.path.relpath(shipped))
+    return [shipped, str(shipped), shipped.parent / ".." / "checkpoints" / shipped.name, relative,
+            shipped.with_suffix(".sha256").with_suffix(".pt")]
+
+
+def test_save_policy_refuses_the_shipped_checkpoint_under_any_spelling(tmp_path, monkeypatch):
+    import tinyagent.policy
+    from tinyagent.policy import is_shipped_checkpoint
+    shipped = tmp_path / "checkpoints" / "rl_base.pt"
+    shipped.parent.mkdir()
+    save_policy(Policy(seed=0), shipped)
+    before = shipped.read_bytes(), shipped.with_suffix(".sha256").read_bytes()
+    monkeypatch.setattr(tinyagent.policy, "RL_BASE_CHECKPOINT", shipped)
+    (tmp_path / "link.pt").symlink_to(shipped)
+    os.link(shipped, tmp_path / "hard.pt")
+    for path in _spellings(shipped) + [tmp_path / "link.pt", tmp_path / "hard.pt"]:
+        assert is_shipped_checkpoint(path), path
+        with pytest.raises(ValueError, match="is the shipped checkpoint .*pretrain --replace"):
+            save_policy(Policy(seed=5), path)
+    assert (shipped.read_bytes(), shipped.with_suffix(".sha256").read_bytes()) == before
+    assert not is_shipped_checkpoint(tmp_path / "mine.pt")
+    save_policy(Policy(seed=5), shipped, replace_shipped=True)    # what pretrain --replace does
+    assert shipped.read_bytes() != before[0]
+
+
+def test_the_real_shipped_checkpoint_is_refused_by_the_spelling_from_the_issue():
+    from tinyagent.policy import RL_BASE_CHECKPOINT, is_shipped_checkpoint
+    spelled = RL_BASE_CHECKPOINT.parent / ".." / "checkpoints" / "rl_base.pt"
+    assert is_shipped_checkpoint(spelled) and is_shipped_checkpoint(RL_BASE_CHECKPOINT)
+    with pytest.raises(ValueError, match="is the shipped checkpoint"):
+        save_policy(Policy(seed=5), spelled)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_checkpoint_with_non_finite_weights_is_refused_although_its_checksum_matches(
+        tmp_path, bad):
+    policy = Policy(seed=0)
+    with torch.no_grad():
+        policy.blocks[0].attn.qkv.weight[0, 0] = bad
+    save_policy(policy, tmp_path / "diverged.pt")             # sha256 written for these bytes
+    with pytest.raises(ValueError, match=r"non-finite weights .*blocks\.0\.attn\.qkv\.weight"):
+        load_policy(tmp_path / "diverged.pt")
+
+
+def test_write_atomically_writes_bytes_and_leaves_no_temporary_file(tmp_path):
+    from tinyagent.policy import write_atomically
+    write_atomically(tmp_path / "a.bin", b"one")
+    write_atomically(str(tmp_path / "a.bin"), b"two")
+    assert (tmp_path / "a.bin").read_bytes() == b"two"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]

@@ -114,3 +114,31 @@ def test_temperatures_that_define_no_distribution_are_refused(temperature):
 def test_a_rollout_needs_a_task():
     with pytest.raises(ValueError, match="at least one task"):
         rollout(Policy(seed=0), [], torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("temperature", [1e-310, 1e-4])
+def test_temperatures_below_the_shared_floor_are_refused_where_the_config_refuses_them(temperature):
+    """The rule is checks.temperature, the one the config applies: 1e-310 would sample one token
+    forever with non-finite log-probs."""
+    with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
+        rollout(Policy(seed=0), TASKS[:1], torch.Generator().manual_seed(0), temperature)
+    with pytest.raises(ValueError, match=r"at least 0\.001"):
+        token_logprobs(Policy(seed=0), torch.zeros(1, 5, dtype=torch.long), temperature)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_policy_with_non_finite_outputs_stops_the_rollout(bad):
+    policy = Policy(seed=0)
+    with torch.no_grad():
+        policy.head.weight.fill_(bad)
+    with pytest.raises(FloatingPointError, match="logits for position 13 are not finite"):
+        rollout(policy, TASKS[:2], torch.Generator().manual_seed(0))
+
+
+def test_a_block_size_that_cuts_episodes_off_is_an_error_not_a_zero_reward():
+    from tinyagent.gym import MAX_EPISODE_TOKENS
+    from tinyagent.policy import PolicyConfig
+    short = Policy(PolicyConfig(block_size=20), seed=0)
+    with pytest.raises(ValueError, match=rf"block_size 20 cut off .* needs {MAX_EPISODE_TOKENS}"):
+        rollout(short, TASKS[:4], torch.Generator().manual_seed(0))
+    assert MAX_EPISODE_TOKENS <= Policy(seed=0).cfg.block_size      # the shipped size fits all

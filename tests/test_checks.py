@@ -1,0 +1,92 @@
+"""Tests of tinyagent.checks, the shared argument rules: each refuses bad input with an error
+that names the value (or the environment variable) and what is allowed."""
+import ast
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tinyagent import checks
+from tinyagent.checks import (env_flag, env_path, env_positive_int, finite_nonempty,
+                              temperature)
+
+
+@pytest.mark.parametrize("value", [1.0, 1, 0.7, 1.3, 1e-3, 1e6])
+def test_allowed_temperatures_pass_through(value):
+    assert temperature("temperature", value) == float(value)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, 1e-310, 1e-4, math.inf, math.nan])
+def test_temperatures_that_define_no_usable_distribution_are_refused(value):
+    with pytest.raises(ValueError, match=r"temperature must be positive and finite, at least "
+                                         r"0\.001.*got"):
+        temperature("temperature", value)
+
+
+@pytest.mark.parametrize("value", ["1.0", True, None, torch.tensor(1.0)])
+def test_a_temperature_must_be_a_real_number(value):
+    with pytest.raises(TypeError, match="temperature must be a real number"):
+        temperature("temperature", value)
+
+
+def test_finite_nonempty_passes_finite_values_and_refuses_nan_inf_and_empty():
+    rewards = torch.tensor([0.0, 1.0, 1.0])
+    assert finite_nonempty("rewards", rewards) is rewards
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError, match=r"rewards must be finite, got \[.*\] at 1 of 3"):
+            finite_nonempty("rewards", torch.tensor([0.0, bad, 1.0]))
+    with pytest.raises(ValueError, match="rewards must hold at least one value"):
+        finite_nonempty("rewards", torch.tensor([]))
+    with pytest.raises(TypeError, match="rewards must be a tensor"):
+        finite_nonempty("rewards", [0.0, 1.0])
+
+
+@pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True),
+                                          (" On ", True), ("0", False), ("false", False),
+                                          ("No", False), ("OFF", False)])
+def test_env_flag_accepts_the_usual_spellings(monkeypatch, raw, expected):
+    monkeypatch.setenv("TINYAGENT_TEST_FLAG", raw)
+    assert env_flag("TINYAGENT_TEST_FLAG", not expected) is expected
+
+
+def test_env_flag_unset_or_empty_is_the_default_and_nonsense_names_the_variable(monkeypatch):
+    monkeypatch.delenv("TINYAGENT_TEST_FLAG", raising=False)
+    assert env_flag("TINYAGENT_TEST_FLAG", True) is True
+    monkeypatch.setenv("TINYAGENT_TEST_FLAG", "")
+    assert env_flag("TINYAGENT_TEST_FLAG", False) is False
+    monkeypatch.setenv("TINYAGENT_TEST_FLAG", "maybe")
+    with pytest.raises(ValueError, match="TINYAGENT_TEST_FLAG='maybe'.*1/true/yes/on.*0/false"):
+        env_flag("TINYAGENT_TEST_FLAG", True)
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-2", "1.5", " "])
+def test_env_positive_int_names_the_variable_and_what_is_allowed(monkeypatch, raw):
+    monkeypatch.setenv("TINYAGENT_WORKERS", raw)
+    with pytest.raises(ValueError, match="TINYAGENT_WORKERS=.*must be a positive integer"):
+        env_positive_int("TINYAGENT_WORKERS")
+
+
+def test_env_positive_int_reads_a_count_and_defaults_when_unset(monkeypatch):
+    monkeypatch.setenv("TINYAGENT_WORKERS", " 3 ")
+    assert env_positive_int("TINYAGENT_WORKERS") == 3
+    monkeypatch.delenv("TINYAGENT_WORKERS")
+    assert env_positive_int("TINYAGENT_WORKERS") is None
+    assert env_positive_int("TINYAGENT_WORKERS", 2) == 2
+
+
+def test_env_path_expands_the_home_directory_and_refuses_blanks(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TINYAGENT_RUNS", "~/x")
+    assert env_path("TINYAGENT_RUNS", "/default") == tmp_path / "x"
+    monkeypatch.setenv("TINYAGENT_RUNS", " ")
+    with pytest.raises(ValueError, match="TINYAGENT_RUNS=' ' is blank"):
+        env_path("TINYAGENT_RUNS", "/default")
+    monkeypatch.delenv("TINYAGENT_RUNS")
+    assert env_path("TINYAGENT_RUNS", "/default") == Path("/default")
+
+
+def test_checks_stays_a_leaf():
+    tree = ast.parse(Path(checks.__file__).read_text())
+    relative = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative, "checks must import no package module"
