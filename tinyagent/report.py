@@ -4,6 +4,8 @@ chapter's claims scored seed by seed under a rule fixed before any number is see
 Every table is a DataFrame of numbers (rounded for display, never pre-formatted strings), so a
 reader can sort it and compute from it. Nothing that trains or evaluates imports this module.
 """
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable
 
@@ -114,12 +116,46 @@ class Claim:
     book: float | str | None = None
 
 
+def claim_values(claim, results_by_seed, seeds=None):
+    """`claim`'s measured quantity at each seed, as floats. A NaN or infinite one is an error
+    naming the claim and the seed (NaN is not "does not hold": nothing was measured), as is an
+    empty list, or `seeds` (their names) that are not one per result."""
+    results_by_seed = list(results_by_seed)
+    if not results_by_seed:
+        raise ValueError(f"claim {claim.key!r}: need results for at least one seed, got none")
+    seeds = list(range(len(results_by_seed))) if seeds is None else list(seeds)
+    if len(seeds) != len(results_by_seed):
+        raise ValueError(f"need one seed per result, got {len(seeds)} seeds {seeds} for "
+                         f"{len(results_by_seed)} results")
+    values = [float(claim.measure(results)) for results in results_by_seed]
+    bad = [(seed, v) for seed, v in zip(seeds, values) if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"claim {claim.key!r} measured a non-finite value at seed(s) "
+                         f"{', '.join(f'{seed} ({v})' for seed, v in bad)}; its measure must be "
+                         f"a finite number at every seed")
+    return values
+
+
+def failing_seeds(claims, results_by_seed, seeds):
+    """For each claim, the seeds at which it does not hold, as text ("" where it holds at all of
+    them): a prose sentence that reports a k of 5 names these. `seeds` names each result, one per
+    result. Defined in Section 10.7."""
+    results_by_seed, seeds = list(results_by_seed), list(seeds)
+    out = {}
+    for claim in claims:
+        values = claim_values(claim, results_by_seed, seeds)
+        out[claim.key] = ", ".join(str(seed) for seed, v in zip(seeds, values)
+                                   if not claim.holds(v))
+    return out
+
+
 def score_claims(claims, results_by_seed, digits=3):
     """Every claim on every seed: the book's value, ours at the first seed, in how many seeds it
     holds, the measured quantity's median and range, and the category from the rule."""
+    results_by_seed = list(results_by_seed)
     rows = []
     for claim in claims:
-        values = [float(claim.measure(results)) for results in results_by_seed]
+        values = claim_values(claim, results_by_seed)
         n_holding = sum(bool(claim.holds(v)) for v in values)
         rows.append({"key": claim.key, "claim": claim.text, "book (one seed)": claim.book,
                      "ours, seed 0": round(values[0], digits), "holds in": n_holding,
