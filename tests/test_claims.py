@@ -2,7 +2,11 @@
 them: every claim measures such a result without a missing key, a result built to satisfy a claim
 scores "holds", a claim that fails at k seeds lands where the rule puts k, and the thresholds and
 targets a function takes are the ones its claims use."""
+import ast
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -437,3 +441,70 @@ def test_every_claim_measures_a_result_shaped_as_the_notebook_builds_it(name):
         assert math.isfinite(value), claim.key
         assert claim.holds(value) in (True, False), claim.key
         assert claim.book is None or isinstance(claim.book, (int, float)), claim.key
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_nan_at_every_seed_is_an_error_naming_the_claim_not_a_verdict():
+    seeds = [nine_runs(**{"none": {"entropy": math.nan}}) for _ in SEEDS]
+    with pytest.raises(ValueError, match=r"claim 'collapse' measured a non-finite value at seed"):
+        score_claims(C.comparison_claims(), seeds)
+    with pytest.raises(ValueError, match=r"claim 'collapse' measured a non-finite value at seed"):
+        C.failing_seeds(C.comparison_claims(), seeds, SEEDS)
+
+
+def test_nan_at_one_seed_names_that_seed():
+    seeds = [nine_runs(**{"none": {"entropy": math.nan}}) if i == 2 else nine_runs()
+             for i in range(len(SEEDS))]
+    with pytest.raises(ValueError, match=rf"at seed\(s\) {SEEDS[2]} \(nan\)"):
+        C.failing_seeds(C.comparison_claims(), seeds, SEEDS)
+
+
+@pytest.mark.parametrize("n_seeds", [len(SEEDS) - 1, len(SEEDS) + 1])
+def test_failing_seeds_needs_one_seed_per_result(n_seeds):
+    results = [nine_runs() for _ in SEEDS]
+    with pytest.raises(ValueError, match=rf"one seed per result, got {n_seeds} seeds"):
+        C.failing_seeds(C.comparison_claims(), results, list(range(n_seeds)))
+
+
+def test_claims_need_results_for_at_least_one_seed():
+    with pytest.raises(ValueError, match="at least one seed"):
+        score_claims(C.comparison_claims(), [])
+
+
+def test_window_means_of_a_run_shorter_than_its_windows_is_an_error():
+    short = figure_runs()
+    for label in short:
+        short[label] = {"history": short[label]["history"][:25]}
+    with pytest.raises(ValueError, match=r"'none' logged 'reward' for 25 steps, too few for the "
+                                         r"windows \[\(20, 30\), \(30, 40\)\]"):
+        C.window_means(short, "none", "reward")
+    assert C.window_means(short, "none", "reward", windows=(slice(10, 20),)).shape == (1,)
+
+
+# ----------------------------------------------------------------------------- the package
+
+CLAIMS_DIR = Path(C.__file__).parent
+
+
+@pytest.mark.parametrize("path", sorted(CLAIMS_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_each_claims_module_is_short_and_so_are_its_functions(path):
+    text = path.read_text()
+    assert len(text.splitlines()) < 300
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.FunctionDef):
+            assert node.end_lineno - node.lineno + 1 <= 60, (path.name, node.name)
+
+
+def test_every_name_the_notebooks_use_is_importable_from_the_package():
+    notebooks = Path(C.__file__).parents[2] / "notebooks"
+    used = set()
+    for notebook in notebooks.glob("*.ipynb"):
+        text = "\n".join("".join(cell["source"])
+                         for cell in json.loads(notebook.read_text())["cells"])
+        used |= set(re.findall(r"\bC\.([A-Za-z_]\w*)", text))
+        for groups in re.findall(r"from tinyagent\.claims import (?:\(([^)]*)\)|([^\n(]+))", text):
+            used |= {name.strip() for name in ",".join(groups).split(",") if name.strip()}
+    assert {"series", "reset_claims", "failing_seeds"} <= used
+    assert all(hasattr(C, name) for name in used), sorted(n for n in used
+                                                                   if not hasattr(C, n))

@@ -166,3 +166,24 @@ def test_run_summary_refuses_late_steps_outside_the_run(late_steps):
                     "malformed": 0.1, "passed_per_task": [1, 0]}}
     with pytest.raises(ValueError, match=r"late_steps must be an integer in \[1, 3\]"):
         run_summary(run, late_steps)
+
+
+def test_decision_kinds_mask_the_packed_policy_positions_by_role():
+    from tinyagent.diagnostics import decision_kinds
+    first, mask_a = _row([["<call>", "read", "tests", "</call>"], "<obs> fail fn001 </obs>",
+                          ["<call>", "edit", "fn001", "</call>"]])
+    second, mask_b = _row([["tests", "log", "</call>"], "<obs> error malformed </obs>",
+                           ["<call>", "ls", "</call>"]])
+    width = max(len(first), len(second))
+    tokens = torch.stack([F.pad(first, (0, width - len(first))),
+                          F.pad(second, (0, width - len(second)))])
+    mask = torch.stack([F.pad(mask_a, (0, width - len(mask_a))),
+                        F.pad(mask_b, (0, width - len(mask_b)))])
+    kinds = decision_kinds(SimpleNamespace(tokens=tokens, policy_mask=mask))
+    words = [WORDS[t] for t in tokens[mask].tolist()]
+    picked = {kind: [w for w, m in zip(words, m.tolist()) if m] for kind, m in kinds.items()}
+    assert picked == {"opening verb": ["read", "ls"], "later verbs": ["edit"],
+                      "argument": ["tests", "fn001"],
+                      "other": ["<call>", "</call>", "<call>", "</call>",
+                                "tests", "log", "</call>", "<call>", "</call>"]}
+    assert all(m.shape == (int(mask.sum()),) for m in kinds.values())

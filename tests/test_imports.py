@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tinyagent"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))     # claims
+MODULES = sorted([p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"] + SUBPACKAGES)
 TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "runs", "sampler", "policy", "pretrain",
                        "experiments")
 PRESENTATION = ("report", "plots", "book", "claims")
@@ -25,11 +26,13 @@ LEAVES = ("arithmetic", "book", "checks", "kl", "vocab")          # import no pa
 
 # ------------------------------------------------------------------ the source
 
-def _package_imports(path):
-    """The package modules a file names in its import statements, anywhere in the file."""
+def _package_imports(path, level=1):
+    """The package modules a file names in its import statements, anywhere in the file. `level`:
+    the relative level that reaches the package (2 inside a subpackage, whose own `from .x`
+    imports stay inside it)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level == level:
             if node.module:                                        # from .x import y
                 found.add(node.module.split(".")[0])
             else:                                                  # from . import x
@@ -44,7 +47,15 @@ def _package_imports(path):
     return found
 
 
-GRAPH = {m: _package_imports(PACKAGE / f"{m}.py") for m in MODULES}
+def _module_imports(module):
+    """What a module of the package imports; for a subpackage, what its files import together."""
+    if module in SUBPACKAGES:
+        return set().union(*(_package_imports(path, level=2)
+                             for path in (PACKAGE / module).glob("*.py")))
+    return _package_imports(PACKAGE / f"{module}.py")
+
+
+GRAPH = {m: _module_imports(m) for m in MODULES}
 
 
 def closure(module):
@@ -146,7 +157,7 @@ for module in sys.argv[1:]:
         del sys.modules[name]
         vars(tinyagent).pop(name.split(".", 1)[1], None)
     importlib.import_module(f"tinyagent.{module}")
-    loaded[module] = [sorted(m.split(".", 1)[1] for m in sys.modules if m.startswith("tinyagent.")),
+    loaded[module] = [sorted({m.split(".")[1] for m in sys.modules if m.startswith("tinyagent.")}),
                       "torch" in sys.modules]
 print(json.dumps(loaded))
 """
@@ -200,7 +211,26 @@ def test_the_lazy_face_gives_every_public_name_and_every_module():
         assert value is getattr(sys.modules[f"tinyagent.{tinyagent._DEFINED_IN[name]}"], name)
     assert set(MODULES) <= set(dir(tinyagent)) and set(tinyagent.__all__) <= set(dir(tinyagent))
     assert tinyagent.gym is sys.modules["tinyagent.gym"]
-    import tinyagent.evaluate                      # a module and the function it defines
-    assert tinyagent.evaluate is sys.modules["tinyagent.evaluate"].evaluate
     with pytest.raises(AttributeError, match="no_such_name"):
         tinyagent.no_such_name
+
+
+def test_no_exported_name_is_a_module_name_so_the_face_is_predictable():
+    import tinyagent
+    assert not set(tinyagent.__all__) & set(MODULES)
+    assert type(tinyagent) is type(sys)                  # a plain module, no subclass trick
+
+
+def test_a_module_imported_under_another_name_is_the_module():
+    """`import tinyagent.evaluate as ev; ev.pass_at_k` (issue 21: it was the function)."""
+    code = ("import json, tinyagent.evaluate as ev, tinyagent; "
+            "from tinyagent import evaluate; "
+            "print(json.dumps([ev.pass_at_k(4, 2, 1), ev is tinyagent.evaluate is evaluate, "
+            "callable(ev.evaluate), tinyagent.pass_at_k is ev.pass_at_k]))")
+    assert _python(code) == [0.5, True, True, True]
+
+
+def test_names_the_notebooks_import_from_the_package_still_import():
+    from tinyagent import (RegularizedConfig, RLConfig, diagnostics, load_rl_base,  # noqa: F401
+                           pass_at_k, token_logprobs, train_rl)
+    from tinyagent import chapter9, checks, claims, experiments, pretrain, runs  # noqa: F401

@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 from tinyagent.plots import median_band, rounded, save_figure, use_style  # noqa: E402
 
@@ -34,3 +35,28 @@ def test_saved_figures_have_the_same_bytes_twice(tmp_path):
         plt.close(fig)
     for suffix in (".png", ".pdf"):
         assert paths[0].with_suffix(suffix).read_bytes() == paths[1].with_suffix(suffix).read_bytes()
+
+
+def test_save_figure_takes_a_stem_or_a_path_one_way(tmp_path):
+    from tinyagent.plots import figure_stem
+    for name in ("fig", "fig.png", "fig.pdf", "fig.PNG", tmp_path / "fig.png"):
+        assert figure_stem(name, tmp_path) == tmp_path / "fig", name
+    assert figure_stem("sub/fig.png", tmp_path) == tmp_path / "sub" / "fig"
+    fig, _ = plt.subplots()
+    assert save_figure(fig, "fig.png", tmp_path) == tmp_path / "fig.png"
+    plt.close(fig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.pdf", "fig.png"]
+
+
+@pytest.mark.parametrize("name", ["", " ", ".png", ".pdf", ".", "dir/", "fig.svg", "fig.v2"])
+def test_save_figure_refuses_names_that_are_not_a_stem(tmp_path, name):
+    fig, _ = plt.subplots()
+    with pytest.raises(ValueError, match="a figure name"):
+        save_figure(fig, name, tmp_path)
+    plt.close(fig)
+    assert not list(tmp_path.iterdir())
+
+
+def test_save_figure_refuses_what_is_not_a_name(tmp_path):
+    with pytest.raises(TypeError, match="a figure name must be a stem or a path"):
+        save_figure(None, 3, tmp_path)

@@ -108,3 +108,41 @@ def test_logged_series_stacks_one_row_per_seed():
     runs = [{"history": [{"kl": 0.1 * s + step} for step in range(3)]} for s in range(2)]
     series = logged_series(runs, "kl")
     assert series.shape == (2, 3) and series[1, 2] == pytest.approx(2.1)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("n_holding,n_seeds", [(2.5, 5), (2, 5.0), (True, 5), (6, 5), (0, 0)])
+def test_category_needs_whole_numbers_of_seeds(n_holding, n_seeds):
+    with pytest.raises(ValueError, match="need whole numbers 0 <= n_holding <= n_seeds"):
+        category(n_holding, n_seeds)
+
+
+def test_book_vs_ours_refuses_text_with_a_number_in_it():
+    with pytest.raises(TypeError, match=r"book\['r'\]\['mean'\] must be a number.*'0\.5x'"):
+        book_vs_ours({"r": {"mean": 0.1}}, {"r": {"mean": "0.5x"}}, {"mean": 2})
+    with pytest.raises(TypeError, match=r"ours\['r'\]\['mean'\] must be a number.*'0\.1'"):
+        book_vs_ours({"r": {"mean": "0.1"}}, {"r": {"mean": 0.5}}, {"mean": 2})
+    table = book_vs_ours({"r": {"mean": 0.1}}, {"r": {"mean": None}}, {"mean": 2})
+    assert math.isnan(table.loc["r", ("mean", "book")])
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, None, "0.2"])
+def test_over_seeds_refuses_values_that_are_not_finite_numbers(bad):
+    per_seed = {"run": [{"p": 0.1}, {"p": bad}]}
+    with pytest.raises(ValueError, match="per-seed values of 'p' must be finite numbers"):
+        over_seeds(per_seed, {"p": 2})
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_paired_differences_refuses_nan(bad):
+    with pytest.raises(ValueError, match=r"a \(per-seed values\) must be finite numbers"):
+        paired_differences([0.5, bad], [0.1, 0.2])
+    with pytest.raises(ValueError, match=r"b \(per-seed values\) must be finite numbers"):
+        paired_differences([0.5, 0.4], [bad, 0.2])
+
+
+def test_score_claims_refuses_a_nan_measure_instead_of_calling_it_a_failure():
+    claim = Claim("x", "x is positive", lambda r: r["x"], lambda v: v > 0)
+    with pytest.raises(ValueError, match="claim 'x' measured a non-finite value at seed"):
+        score_claims([claim], [{"x": math.nan}] * 5)

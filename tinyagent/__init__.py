@@ -3,15 +3,15 @@ from .arithmetic import pin_environment
 
 pin_environment()     # before torch computes anything: see arithmetic.py
 
-import sys as _sys
 from importlib import import_module as _import_module
 from pathlib import Path as _Path
-from types import ModuleType as _ModuleType
 
 # The package's face is lazy: `import tinyagent.kl` loads only what kl.py imports, and a name
-# below is imported from the module that defines it the first time it is asked for.
+# below is imported from the module that defines it the first time it is asked for. No name
+# below is also a module's name, so `tinyagent.X` is always one thing: `tinyagent.evaluate` is
+# the module, and the function is `tinyagent.evaluate.evaluate`.
 _EXPORTS = {
-    "evaluate": ("evaluate", "pass_at_k"),
+    "evaluate": ("pass_at_k",),
     "grpo": ("RLConfig", "behavior_stats", "compute_advantages", "policy_loss", "rl_update",
              "sample_step", "train_rl"),
     "gym": ("HELDOUT_TASKS", "TRAIN_TASKS", "Episode", "Task"),
@@ -21,8 +21,10 @@ _EXPORTS = {
     "sampler": ("rollout", "token_logprobs"),
 }
 _DEFINED_IN = {name: module for module, names in _EXPORTS.items() for name in names}
-_MODULES = tuple(sorted(path.stem for path in _Path(__file__).parent.glob("*.py")
-                        if path.stem != "__init__"))
+_HERE = _Path(__file__).parent
+_MODULES = tuple(sorted({path.stem for path in _HERE.glob("*.py") if path.stem != "__init__"}
+                        | {path.parent.name for path in _HERE.glob("*/__init__.py")}))
+assert not set(_DEFINED_IN) & set(_MODULES), "an exported name must not be a module's name"
 __all__ = sorted(_DEFINED_IN)
 
 
@@ -38,16 +40,3 @@ def __getattr__(name):
 
 def __dir__():
     return sorted({*globals(), *__all__, *_MODULES})
-
-
-class _Face(_ModuleType):
-    """Importing the submodule `tinyagent.evaluate` binds it on the package under the name of the
-    function it defines; the package's `evaluate` stays the function (as `__all__` says), and the
-    module is `sys.modules["tinyagent.evaluate"]`, as `from tinyagent.evaluate import ...` finds."""
-
-    def __setattr__(self, name, value):
-        if not (name in _DEFINED_IN and isinstance(value, _ModuleType)):
-            super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Face

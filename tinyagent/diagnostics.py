@@ -173,6 +173,20 @@ def token_roles(tokens, mask):
     return roles
 
 
+def decision_kinds(batch):
+    """Masks (N,) over `batch`'s N policy positions (row-major: the order of `token_logprobs`'s
+    packed log-distributions), by the token's role (`token_roles`): "opening verb" (the verb of
+    an episode's first call that opens with `<call>`), "later verbs", "argument" (a file or name
+    after a verb) and "other" (`<call>`, `</call>`, the tokens of calls that do not open)."""
+    mask = batch.policy_mask
+    roles = token_roles(batch.tokens, mask)
+    verb = roles == ROLES.index("verb")
+    opening = verb & (verb.cumsum(dim=1) == 1)
+    return {"opening verb": opening[mask], "later verbs": (verb & ~opening)[mask],
+            "argument": (roles == ROLES.index("argument"))[mask],
+            "other": (roles == ROLES.index("other"))[mask]}
+
+
 def k3_decomposition(batch, reference):
     """The per-token k3 distance of `batch`'s sampled tokens from `reference` (the quantity
     `evaluate` reports as kl_to_ref), split by task type (the log-reading minority or the

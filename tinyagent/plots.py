@@ -4,6 +4,7 @@ The unregularized run is drawn as the orange reference line in every TinyAgent p
 A PNG is the same on every machine once its metadata are fixed. A PDF stores each coordinate with
 ten decimals, so float64 noise of ~1e-9 between CPUs reaches its bytes: plot `rounded(...)` data.
 """
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -13,6 +14,7 @@ REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
 PALETTE = ("tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")
 FIGURES = Path(__file__).resolve().parent.parent / "figures"
+SUFFIXES = (".png", ".pdf")        # a figure is saved as both
 
 
 def use_style():
@@ -42,12 +44,34 @@ def median_band(ax, curves, style):
     ax.plot(steps, rounded(np.median(curves, axis=0)), **style)
 
 
+def figure_stem(name, directory=FIGURES):
+    """Where `save_figure` writes: `directory` / the stem of `name`. `name` is a stem
+    ("fig10_1") or a path, relative to `directory` or absolute, with or without a .png or .pdf
+    suffix ("fig10_1.png", "out/fig10_1"); either way the figure goes to stem.png and stem.pdf."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"a figure name must be a stem or a path, got {name!r}")
+    path = Path(name)
+    if str(name).endswith(("/", os.sep)):
+        raise ValueError(f"a figure name must be a stem or a file path, got the directory "
+                         f"{str(name)!r}")
+    if path.suffix.lower() in SUFFIXES:
+        path = path.with_suffix("")
+    if not str(name).strip() or path.name in ("", ".", "..") or path.name.startswith("."):
+        raise ValueError(f"a figure name must be a stem ('fig10_1') or a path ending in one "
+                         f"('figures/fig10_1.png'), got {str(name)!r}")
+    if path.suffix:
+        raise ValueError(f"a figure name takes no suffix but {' or '.join(SUFFIXES)} (it is "
+                         f"saved as both), got {str(name)!r}")
+    return Path(directory) / path
+
+
 def save_figure(fig, name, directory=FIGURES):
-    """Save `fig` as `name`.png and `name`.pdf with no timestamps, so rebuilds give the same
-    bytes (for the PDF, on another machine too, when the plotted data are `rounded`)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fig.savefig(directory / f"{name}.png", metadata={"Software": None}, bbox_inches="tight")
-    fig.savefig(directory / f"{name}.pdf", metadata={"CreationDate": None, "ModDate": None},
-                bbox_inches="tight")
-    return directory / f"{name}.png"
+    """Save `fig` as stem.png and stem.pdf (`figure_stem(name, directory)`) with no timestamps,
+    so rebuilds give the same bytes (for the PDF, on another machine too, when the plotted data
+    are `rounded`). Returns the PNG's path."""
+    stem = figure_stem(name, directory)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")
+    fig.savefig(png, metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None}, bbox_inches="tight")
+    return png

@@ -20,19 +20,47 @@ DEPENDS_AT_LEAST = 2        # 2-3 of 5: "depends on the seed"; 0-1 of 5: "does n
 PASS1_NOISE = 0.08
 
 
+def _is_real(value):
+    """Whether `value` is a real number (numpy's too), not a bool or a string."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _number_or_missing(value, where, prose_allowed=False):
+    # a table cell: a real number, or None / NaN where there is none. With `prose_allowed` (the
+    # book's column), words the book printed instead of a number ("between the modes") count as
+    # not printed; text with a digit in it ('0.5x') is an error: write the number.
+    if value is None or (prose_allowed and isinstance(value, str)
+                         and not any(c.isdigit() for c in value)):
+        return math.nan
+    if not _is_real(value):
+        raise TypeError(f"{where} must be a number, or None where there is none"
+                        f"{' (or words without a digit)' if prose_allowed else ''}; got {value!r}")
+    return float(value)
+
+
+def _finite_array(values, what):
+    # per-seed numbers as a float array; a string, None, NaN or inf among them is an error
+    flat = np.asarray(values, dtype=object).ravel()
+    bad = [v for v in flat if not _is_real(v) or not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{what} must be finite numbers, got {bad[:3]}")
+    return np.asarray(values, dtype=float)
+
+
 def book_vs_ours(ours, book, digits, index_name="run"):
     """One row per key of `ours`, and per column of `digits` a pair ("ours", "book").
 
     `ours` and `book` map a row label to {column: value}; a value the book does not print is
-    missing (NaN). Each column is rounded to `digits[column]` decimals, the chapter's precision
+    missing (NaN), as are words the book printed instead of a number; any other text ('0.5x')
+    is an error. Each column is rounded to `digits[column]` decimals, the chapter's precision
     (and -0.0 shown as 0.0).
     """
     columns = {}
     for col, places in digits.items():
         for who, source in (("ours", ours), ("book", book)):
-            values = [source.get(row, {}).get(col) for row in ours]
-            numbers = pd.to_numeric(pd.Series(values, dtype="object"), errors="coerce")
-            columns[(col, who)] = numbers.round(places).to_numpy() + 0.0
+            values = [_number_or_missing(source.get(row, {}).get(col), f"{who}[{row!r}][{col!r}]",
+                                         prose_allowed=who == "book") for row in ours]
+            columns[(col, who)] = np.array(values, dtype=float).round(places) + 0.0
     return pd.DataFrame(columns, index=pd.Index(list(ours), name=index_name))
 
 
@@ -45,7 +73,8 @@ def over_seeds(per_seed, digits, index_name="run"):
                          f"{ {row: len(seeds) for row, seeds in per_seed.items()} }")
     columns = {}
     for col, places in digits.items():
-        values = np.array([[seed[col] for seed in per_seed[row]] for row in per_seed], dtype=float)
+        values = _finite_array([[seed[col] for seed in per_seed[row]] for row in per_seed],
+                               f"the per-seed values of {col!r}")
         for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max)):
             columns[(col, stat)] = fn(values, axis=1).round(places) + 0.0
     return pd.DataFrame(columns, index=pd.Index(list(per_seed), name=index_name))
@@ -82,7 +111,7 @@ def logged_series(runs, key):
 def paired_differences(a, b):
     """Seed-by-seed differences a - b of two settings run on the same seeds: the differences, their
     mean and range, and at how many seeds a exceeds b."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    a, b = _finite_array(a, "a (per-seed values)"), _finite_array(b, "b (per-seed values)")
     if a.ndim != 1 or a.shape != b.shape or a.size == 0:
         raise ValueError(f"need two equally long, non-empty lists of per-seed values, got "
                          f"shapes {a.shape} and {b.shape}")
@@ -94,9 +123,11 @@ def paired_differences(a, b):
 def category(n_holding, n_seeds):
     """The rule: "holds" at >= 4 of 5 seeds, "depends on the seed" at 2-3, "does not hold" at 0-1
     (thresholds scale with the number of seeds)."""
-    if not 0 <= n_holding <= n_seeds or n_seeds < 1:
-        raise ValueError(f"need 0 <= n_holding <= n_seeds and n_seeds >= 1, got {n_holding} "
-                         f"of {n_seeds}")
+    whole = all(isinstance(n, numbers.Integral) and not isinstance(n, bool)
+                for n in (n_holding, n_seeds))
+    if not whole or not 0 <= n_holding <= n_seeds or n_seeds < 1:
+        raise ValueError(f"need whole numbers 0 <= n_holding <= n_seeds and n_seeds >= 1, got "
+                         f"{n_holding!r} of {n_seeds!r}")
     share = n_holding / n_seeds
     if share >= HOLDS_AT_LEAST / 5:
         return "holds"

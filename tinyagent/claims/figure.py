@@ -33,6 +33,11 @@ def window_means(results, label, key, windows=WINDOWS):
     """`label`'s logged `key` averaged over each of `windows` (default: steps 10-19, 20-29, 30-39).
     Defined in Section 10.7."""
     values = np.asarray(series(results, label, key), dtype=float)
+    short = [w for w in windows if (w.stop or 0) > len(values) or not len(values[w])]
+    if short:
+        raise ValueError(f"{label!r} logged {key!r} for {len(values)} steps, too few for the "
+                         f"windows {[(w.start, w.stop) for w in short]}: each window must lie in "
+                         f"its steps [0, {len(values)}) and hold at least one")
     return np.array([values[w].mean() for w in windows])
 
 
