@@ -51,6 +51,12 @@ def _book_difference(a, b, column):
     return _book(a, column) - _book(b, column)
 
 
+def _more_than_none(key, label, column, text):
+    # `label` ends with more `column` than the unregularized run (and by how much in the book)
+    return Claim(key, text, _difference(label, "none", column), positive,
+                 _book_difference(label, "none", column))
+
+
 def comparison_claims(noise=PASS1_NOISE, blind_ceiling=BLIND_CEILING, vocab_size=VOCAB_SIZE):
     """Section 10.7's claims about its nine runs, on {label: run_summary} per seed.
 
@@ -74,15 +80,12 @@ def _collapse_and_kl_claims(noise):
         Claim("slowed", "k3+ at 0.3 and 1.0, k3 at 0.3, the reward KL and the 0.03 bonus all end "
               "with more entropy than none (smallest difference)",
               lambda r: min(r[s]["entropy"] for s in SLOWERS) - r["none"]["entropy"], positive),
-        Claim("kl005_pass8", "k3+ at 0.05: higher pass@8 than none (difference)",
-              _difference("k3+ beta=0.05", "none", "pass@8"), positive,
-              _book_difference("k3+ beta=0.05", "none", "pass@8")),
-        Claim("kl03_distinct", "k3+ at 0.3: more distinct sequences per task than none "
-              "(difference)", _difference("k3+ beta=0.3", "none", "distinct"), positive,
-              _book_difference("k3+ beta=0.3", "none", "distinct")),
-        Claim("kl03_pass8", "k3+ at 0.3: higher pass@8 than none (difference)",
-              _difference("k3+ beta=0.3", "none", "pass@8"), positive,
-              _book_difference("k3+ beta=0.3", "none", "pass@8")),
+        _more_than_none("kl005_pass8", "k3+ beta=0.05", "pass@8",
+                        "k3+ at 0.05: higher pass@8 than none (difference)"),
+        _more_than_none("kl03_distinct", "k3+ beta=0.3", "distinct",
+                        "k3+ at 0.3: more distinct sequences per task than none (difference)"),
+        _more_than_none("kl03_pass8", "k3+ beta=0.3", "pass@8",
+                        "k3+ at 0.3: higher pass@8 than none (difference)"),
         Claim("kl_entropy", "k3+: final entropy rises with beta (smallest rise)",
               lambda r: _rise(r, "entropy"), positive, _rise(SECTION_10_7, "entropy")),
         Claim("kl_distinct", "k3+: distinct sequences rise with beta (smallest rise)",
@@ -146,24 +149,18 @@ def _bonus_and_temperature_claims(vocab_size):
         Claim("bonus01_nopass", "entropy bonus 0.1: no held-out pass (pass@8)",
               lambda r: r["entropy 0.1"]["pass@8"], lambda v: v == 0,
               _book("entropy 0.1", "pass@8")),
-        Claim("bonus003_entropy", "entropy bonus 0.03: more final entropy than none (difference)",
-              _difference("entropy 0.03", "none", "entropy"), positive,
-              _book_difference("entropy 0.03", "none", "entropy")),
+        _more_than_none("bonus003_entropy", "entropy 0.03", "entropy",
+                        "entropy bonus 0.03: more final entropy than none (difference)"),
         Claim("temp_entropy", "temperature 1.3: more final entropy (at T = 1.3) than none "
               "(difference)", _difference("temperature 1.3", "none", "entropy"), positive,
               book_temperature_end - _book("none", "entropy")),
-        Claim("bonus003_malformed", "entropy bonus 0.03: more malformed calls than none "
-              "(difference)", _difference("entropy 0.03", "none", "malformed"), positive,
-              _book_difference("entropy 0.03", "none", "malformed")),
-        Claim("temp_malformed", "temperature 1.3: more malformed calls than none (difference)",
-              _difference("temperature 1.3", "none", "malformed"), positive,
-              _book_difference("temperature 1.3", "none", "malformed")),
-        Claim("bonus003_distance", "entropy bonus 0.03: further from the start than none "
-              "(difference)", _difference("entropy 0.03", "none", "kl_to_ref"), positive,
-              _book_difference("entropy 0.03", "none", "kl_to_ref")),
-        Claim("temp_distance", "temperature 1.3: further from the start than none (difference)",
-              _difference("temperature 1.3", "none", "kl_to_ref"), positive,
-              _book_difference("temperature 1.3", "none", "kl_to_ref")),
+        # the bonus and the temperature alike: more malformed calls, further from the start
+        *(_more_than_none(f"{short}_{what}", label, column,
+                          f"{name}: {more} than none (difference)")
+          for column, what, more in (("malformed", "malformed", "more malformed calls"),
+                                     ("kl_to_ref", "distance", "further from the start"))
+          for short, label, name in (("bonus003", "entropy 0.03", "entropy bonus 0.03"),
+                                     ("temp", "temperature 1.3", "temperature 1.3"))),
         # ours: one step's 64 episodes are too few, so the last 10 steps' mean batch reward
         Claim("no_reward_gain", "no regularizer beats none's training reward (mean batch reward "
               "of the last 10 steps; the largest gain over none)",
