@@ -1,11 +1,30 @@
 # A fresh machine needs only `make figures` and `make test`: every target builds the venv first.
-PYTHON ?= python3.11
+# The Python the venv is built with: 3.11 (the stored outputs were written with it), else the
+# newest of 3.13 and 3.12 that runs, else python3; `make setup PYTHON=/path/to/python3.12` names
+# one. 3.11 to 3.13 are what pyproject.toml's requires-python admits.
+RUNS = $(shell $(1) -c '' >/dev/null 2>&1 && echo $(1))
+FIND_PYTHON = $(or $(call RUNS,python3.11),$(call RUNS,python3.13),$(call RUNS,python3.12),python3)
+PYTHON ?= $(eval PYTHON := $(FIND_PYTHON))$(PYTHON)# looked for once, when setup needs it
+# Where pip takes torch from. Empty (the default): pip's own configuration, which here finds the
+# local CPU wheel, and on public PyPI gives Linux the CUDA build (about 2.7 GB of downloads with
+# its NVIDIA libraries, which this CPU-only companion never loads). TORCH_INDEX=cpu: PyTorch's
+# CPU-only wheel index (about 190 MB); any other value is taken as an index URL.
+TORCH_INDEX ?=
+TORCH_INDEX_URL = $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.org/whl/cpu,$(TORCH_INDEX))
+TORCH_PIN = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 VENV := .venv
+comma := ,
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8, then 10_exercises
 # The notebooks that write figures/ (they call plots.save_figure): 10.3, 10.5 and 10.7.
 FIGURE_NOTEBOOKS := $(shell grep -l save_figure $(NOTEBOOKS))
+# The shell's own values of the variables that can override a pin (fingerprint.OVERRIDES), taken
+# before the exports below replace some of them: `make doctor` judges what a notebook started from
+# this shell without make would inherit.
+ARITHMETIC_VARIABLES := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA DNNL_MAX_CPU_ISA \
+	MKL_ENABLE_INSTRUCTIONS ONEDNN_DEFAULT_FPMATH_MODE OMP_NUM_THREADS MKL_NUM_THREADS
+SHELL_ARITHMETIC := $(foreach v,$(ARITHMETIC_VARIABLES),$(if $(findstring $(origin $(v)),environment override command line),$(v)=$($(v))))
 # One torch thread per notebook, whatever the environment says: tests run two notebooks at once
 # on two cores, and a notebook's own computations then round as the stored outputs did.
 export OMP_NUM_THREADS := 1
@@ -20,15 +39,30 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 	--ExecutePreprocessor.store_widget_state=False \
 	--ExecutePreprocessor.record_timing=False
 
-.PHONY: setup figures notebooks test unit bench lab chapter9 pretrain clean
+.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain clean
 
 setup: $(STAMP)
 
+# Says which Python it builds with, or in one line why it cannot.
 $(STAMP): pyproject.toml
+	@version=$$($(PYTHON) -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
+	case "$$version" in \
+	3.11.*|3.12.*|3.13.*) echo "make setup: Python $$version ($$(command -v $(PYTHON)))";; \
+	*) if ! command -v $(PYTHON) >/dev/null 2>&1; then found="no $(PYTHON) on the PATH"; \
+	   elif [ -n "$$version" ]; then found="$(PYTHON) $$version ($$(command -v $(PYTHON)))"; \
+	   else found="$(PYTHON) ($$(command -v $(PYTHON))), which does not run"; fi; \
+	   echo "make setup: found $$found$(if $(filter python3,$(PYTHON)), and no python3.11$(comma) python3.12 or python3.13 that runs); TinyAgent needs Python 3.11, 3.12 or 3.13 (3.11 wrote the stored outputs): install one (apt install python3.12, brew install python@3.13, pyenv install 3.11, or python.org) or name it: make setup PYTHON=/path/to/python3.12" >&2; exit 1;; \
+	esac
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/pip install --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)')
 	$(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
+
+# Whether your runs will reproduce the stored numbers: versions, platform, the pins in force and
+# the arithmetic fingerprint, in a few lines and a few seconds (python -m tinyagent.doctor).
+doctor: $(STAMP)
+	@$(BIN)/python -m tinyagent.doctor --shell-env '$(SHELL_ARITHMETIC)'
 
 # Re-execute every notebook in place (stored outputs are what `make test` compares).
 notebooks: $(STAMP)
@@ -42,7 +76,9 @@ figures: $(STAMP)
 	@ls figures
 
 # The whole contract (what CI runs): the unit tests and every notebook's stored outputs.
+# It says first when the runs here will differ from the stored numbers (silent when they match).
 test: $(STAMP)
+	-@$(BIN)/python -m tinyagent.doctor --quiet-if-ok
 	$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks
 
 # The unit tests alone, for the edit-test loop (under 2 minutes); `make test` is the contract.
@@ -64,6 +100,12 @@ chapter9: $(STAMP)
 pretrain: $(STAMP)
 	$(BIN)/python -m tinyagent.pretrain
 
+# Removes what make created and nothing else: the venv (refused unless VENV is a relative path
+# inside the project, with no `..`, that is a venv or does not exist), pytest's cache, the run
+# cache and bytecode.
+VENV_REFUSED = $(or $(filter-out 1,$(words $(VENV))),$(filter /% ~%,$(VENV)),$(filter ..,$(subst /, ,$(VENV))),$(if $(filter-out .,$(subst /, ,$(VENV))),,.))
 clean:
-	rm -rf $(VENV) .pytest_cache .cache
+	$(if $(VENV_REFUSED),$(error make clean: refusing VENV=$(VENV): it must be a relative path inside the project, without '..'))
+	@[ ! -e '$(VENV)' ] || [ -f '$(VENV)/pyvenv.cfg' ] || { echo "make clean: refusing to remove $(VENV): not a virtual environment (no pyvenv.cfg)" >&2; exit 1; }
+	rm -rf -- '$(VENV)' .pytest_cache .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,239 @@
+"""`make doctor`: whether this machine's runs will reproduce the stored numbers, in a few lines.
+
+    python -m tinyagent.doctor                  the report (a few seconds: it computes the fingerprint)
+    python -m tinyagent.doctor --quiet-if-ok    nothing when the arithmetic matches (`make test`)
+
+It reports the Python, the pinned packages against pyproject.toml's pins, the platform, the pins in
+force, and whether the arithmetic fingerprint (fingerprint.py) matches the stored one, and ends
+with one verdict. The environment it judges is the one a notebook inherits: `import tinyagent`
+puts a pin only where the environment names no value of its own (arithmetic.py), so a value set in
+the shell, ONEDNN_MAX_CPU_ISA=SSE41 say, stays in force here as it would in a Jupyter started from
+that shell, and is named as the setting that makes the difference.
+
+make exports some pins itself, replacing the shell's values for its own targets; `make doctor`
+passes the shell's values with --shell-env, and when they differ from make's the fingerprint is
+also computed under the shell's (in a subprocess), since that is what a notebook started without
+make computes under.
+"""
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from .arithmetic import PINS
+
+STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
+ROOT = Path(__file__).resolve().parent.parent
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")   # the runs and the fingerprint set their own
+ALIASES = {"DNNL_MAX_CPU_ISA": "ONEDNN_MAX_CPU_ISA"}          # oneDNN's older name for the same setting
+MKL_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3",
+                7: "SSE4_1", 8: "SSE4_2", 9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+BIT_FOR_BIT = "your runs will reproduce the stored numbers bit for bit"
+DIFFER = "your runs will differ in the digits; compare by the claims tables"
+
+
+def pinned_requirements():
+    """({name: version}, {name: version}): the runtime and the dev `name==version` pins of
+    pyproject.toml (the checkout's, else the installed package's metadata)."""
+    pyproject = ROOT / "pyproject.toml"
+    if pyproject.exists():
+        import tomllib
+        project = tomllib.loads(pyproject.read_text())["project"]
+        runtime = project["dependencies"]
+        dev = [r for extra in project.get("optional-dependencies", {}).values() for r in extra]
+    else:
+        requires = metadata.requires("tinyagent") or []
+        runtime = [r for r in requires if "extra ==" not in r]
+        dev = [r.split(";")[0] for r in requires if "extra ==" in r]
+
+    def pins(requirements):
+        found = (re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s,;]+)\s*", r) for r in requirements)
+        return {match[1].lower(): match[2] for match in found if match}
+    return pins(runtime), pins(dev)
+
+
+def installed(name, pinned):
+    """(installed version or None, whether it is the pin; a local label like +cpu aside)."""
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None, False
+    return version, version.split("+")[0] == pinned
+
+
+def package_lines(runtime, dev):
+    """(lines, all runtime pins installed): each runtime package's version, and the dev tools
+    that differ from their pins."""
+    shown, ok = [], True
+    for name, pinned in runtime.items():
+        version, same = installed(name, pinned)
+        ok &= same
+        shown.append(f"{name} {version or 'missing'}" + ("" if same else f" (pinned {pinned})"))
+    off = [f"{name} {version or 'missing'} (pinned {pinned})"
+           for name, pinned in dev.items() for version, same in [installed(name, pinned)] if not same]
+    return [f"packages  {', '.join(shown)}",
+            f"          dev tools: {', '.join(off) if off else 'as pinned'}"], ok
+
+
+def cpu_model():
+    """The CPU's name from /proc/cpuinfo (Linux), else what platform knows; and whether it has
+    AVX-512, where the pins matter most."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU", None
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)
+    flags = set(flags[1].split()) if flags else set()
+    return (model[1].strip() if model else platform.processor() or "unknown CPU",
+            "avx512f" in flags if flags else None)
+
+
+def overrides(environ):
+    """The variables that can override a pin (fingerprint.OVERRIDES), set in `environ` to something
+    other than the pin: {name: (value, pin or None)}. Thread counts are left out: the runs and the
+    fingerprint set their own."""
+    from .fingerprint import OVERRIDES
+    found = {}
+    for name in OVERRIDES:
+        if name in THREAD_VARIABLES or name not in environ:
+            continue
+        pin = PINS.get(ALIASES.get(name, name))
+        if environ[name] != pin:
+            found[name] = (environ[name], pin)
+    return found
+
+
+def describe(found):
+    return ", ".join(f"{name}={value}" + (f" (pin: {pin})" if pin else " (no pin: unset)")
+                     for name, (value, pin) in found.items())
+
+
+def shell_environ(shell_env):
+    """The environment a process started from the calling shell (without make) gets, once
+    `import tinyagent` has set the pins it names no value for."""
+    from .fingerprint import OVERRIDES
+    environ = dict(os.environ)
+    for name in set(OVERRIDES) | set(PINS):
+        environ.pop(name, None)
+    environ.update(shell_env)
+    for name, value in PINS.items():
+        environ.setdefault(name, value)
+    return environ
+
+
+def fingerprint_under(environ):
+    """The fingerprint a fresh process computes under `environ`."""
+    done = subprocess.run([sys.executable, "-m", "tinyagent.fingerprint"], env=environ,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"python -m tinyagent.fingerprint failed:\n{done.stderr}")
+    return done.stdout.split()[-1]
+
+
+def report(shell_env=None):
+    """(lines, reproduces): the report and whether the runs the verdict speaks of reproduce the
+    stored numbers. `shell_env`: the calling shell's values of the arithmetic variables when make
+    has replaced some of them (None: this process's environment is the shell's)."""
+    import torch
+    from . import fingerprint as fp
+    from .arithmetic import mkl_branch
+
+    lines = []
+    version = sys.version_info[:2]
+    stored = ".".join(map(str, STORED_PYTHON))
+    note = ("the version the stored outputs were written with" if version == STORED_PYTHON
+            else f"expected to match; the stored outputs were written with {stored}, which CI checks")
+    lines.append(f"python    {platform.python_version()} ({sys.executable}): {note}")
+
+    package, packages_pinned = package_lines(*pinned_requirements())
+    build = (f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build")
+    lines += package
+    lines.append(f"torch     {torch.__version__}, {build}, ATen kernels "
+                 f"{torch.backends.cpu.get_cpu_capability()}")
+
+    model, avx512 = cpu_model()
+    lines.append(f"platform  {platform.system()} {platform.machine()}, {model}"
+                 + {True: ", AVX-512", False: ", no AVX-512", None: ""}[avx512])
+
+    ours = fp.fingerprint()                          # computes: MKL's branch is known after it
+    branch = mkl_branch()
+    branch = ("unknown (this torch build hides MKL)" if branch is None
+              else f"{branch} ({MKL_BRANCHES.get(branch & 0xFFFF, 'unknown')})")
+    in_force = overrides(os.environ)
+    pins = " ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in PINS)
+    lines.append(f"pins      {pins}; MKL branch {branch}; "
+                 + (f"overridden: {describe(in_force)}" if in_force else "none overridden"))
+    threads = " ".join(f"{name}={os.environ[name]}" for name in THREAD_VARIABLES if name in os.environ)
+    lines.append(f"threads   {threads or 'OMP_NUM_THREADS unset'}; torch uses "
+                 f"{torch.get_num_threads()} here (runs and the fingerprint set their own)")
+
+    recorded = bool(re.fullmatch(r"[0-9a-f]{64}", fp.EXPECTED))
+    stored_print = fp.EXPECTED[:12] if recorded else "(none recorded in this checkout yet)"
+    matches = fp.matches()
+    lines.append(f"arithmetic fingerprint {ours[:12]} " + ("matches the stored one" if matches
+                 else f"is not the stored one {stored_print}"))
+
+    reproduces, cause = matches, in_force
+    if shell_env is not None:
+        shell = shell_environ(shell_env)
+        shell_found = overrides(shell)
+        if shell_found != in_force:                  # make replaced a shell value that matters
+            theirs = fingerprint_under(shell)
+            shell_matches = theirs == fp.EXPECTED
+            lines.append(f"shell     {describe(shell_found) or 'the pins'} in your shell: make's own "
+                         f"targets (make lab, make test) replace {'it' if len(shell_found) < 2 else 'them'} "
+                         f"and {'reproduce' if matches else 'differ'}; a notebook started from this "
+                         f"shell without make computes fingerprint {theirs[:12]}, which "
+                         + ("matches" if shell_matches else "does not match"))
+            reproduces, cause = matches and shell_matches, shell_found if not shell_matches else in_force
+
+    if not reproduces:
+        if not packages_pinned:
+            lines.append("why       the installed packages are not pyproject.toml's pins: make setup")
+        if cause:
+            settings = " and ".join(f"{name}={value}" for name, (value, _) in cause.items())
+            one = len(cause) == 1
+            lines.append(f"why       {settings} make{'s' if one else ''} the difference: unset "
+                         f"{'it' if one else 'them'} (`unset {' '.join(cause)}`) or set the pin, "
+                         f"then start Jupyter again")
+        elif recorded:
+            lines.append("why       no known variable overrides a pin: another CPU architecture, "
+                         "another torch build, or a library nobody listed")
+        else:
+            lines.append("why       the stored fingerprint is a placeholder: nothing can match it yet")
+    lines.append(f"verdict   {BIT_FOR_BIT if reproduces else DIFFER}")
+    return lines, reproduces
+
+
+def parse_shell_env(text):
+    pairs = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--shell-env: {item!r} is not NAME=value")
+        pairs[name] = value
+    return pairs
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tinyagent.doctor", description=__doc__.split("\n")[0])
+    parser.add_argument("--quiet-if-ok", action="store_true",
+                        help="print nothing when the runs will reproduce the stored numbers")
+    parser.add_argument("--shell-env", metavar="'NAME=value ...'",
+                        help="the calling shell's values of the arithmetic variables (make passes "
+                             "them, since its exports replace some)")
+    args = parser.parse_args(argv)
+    shell_env = None if args.shell_env is None else parse_shell_env(args.shell_env)
+    lines, reproduces = report(shell_env)
+    if not (args.quiet_if_ok and reproduces):
+        print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
