@@ -1,25 +1,28 @@
-"""The pinned arithmetic makes a run's bits independent of the machine (tests of arithmetic.py).
+"""The pinned arithmetic makes a run's bits independent of the machine (tests of arithmetic.py and
+fingerprint.py).
 
-Each check trains in fresh processes that differ in what the CPU offers: the instruction sets MKL
-may use (`MKL_ENABLE_INSTRUCTIONS=SSE4_2` is how MKL treats a CPU on which it will not take its
-AVX2 branch, as on other vendors' CPUs), torch's kernel set, and the thread count. Pinned, the
-parameters after RL steps and after SFT steps are bitwise equal; unpinned, the same pair differs,
-which shows the check can fail."""
+Each check trains in fresh processes that imitate another CPU, one library at a time: the
+instruction sets MKL may use (`MKL_ENABLE_INSTRUCTIONS=AVX2`, a CPU without AVX-512), oneDNN's (`ONEDNN_MAX_CPU_ISA=
+SSE41`), torch's kernel set (`ATEN_CPU_CAPABILITY=default`) and the thread count. With every pin in
+force the parameters after RL steps and after SFT steps are bitwise equal to the pinned run's, and
+the fingerprint matches the stored one; with any one pin left out, the imitated CPU gives other bits
+and the fingerprint says so. So removing a pin from `PINS` makes this test fail."""
 import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-import torch
+import pytest
 
-from tinyagent.arithmetic import PINS, arithmetic_in_force, pinned_environment
+from tinyagent.arithmetic import PINS, pinned_environment
+from tinyagent.fingerprint import EXPECTED, fingerprint
 
 # Three steps of a setting whose runs the CPU changed (entropy bonus and a KL loss), and a short
-# SFT: every parameter's bytes, hashed, and whether the process computed under the pins.
+# SFT: every parameter's bytes, hashed, and the process's arithmetic fingerprint.
 TRAIN = """
 import hashlib
-from tinyagent.arithmetic import arithmetic_in_force
+from tinyagent.fingerprint import fingerprint
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft
 from tinyagent.regularize import RegularizedConfig, train_regularized
@@ -32,51 +35,69 @@ sft(sft_policy, tokens, mask, SFTConfig(steps=10, batch_size=32, threads=1))
 digest = hashlib.sha256()
 for p in [*rl.parameters(), *sft_policy.parameters()]:
     digest.update(p.detach().numpy().tobytes())
-print(arithmetic_in_force()["pinned"], digest.hexdigest())
+print(fingerprint(), digest.hexdigest())
 """
-NATIVE = "avx512" if "AVX512" in torch.backends.cpu.get_cpu_capability() else "avx2"
-OTHER_CPU = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OMP_NUM_THREADS": "2"}
-UNPINNED = {"MKL_CBWR": "AUTO"}
+# What another CPU would make each library do, imitated on this one.
+OTHER_CPU = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "SSE41",
+             "ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"}
+IMITATED = (*PINS, "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS")
+# Each pin's variable set to what it is without the pin on the imitated CPU (`import tinyagent`
+# would put an absent pin back).
+UNPINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+
+
+def clean_env(env):
+    """This process's environment without anything the pins or the imitation set, plus `env`."""
+    return {**{k: v for k, v in os.environ.items() if k not in IMITATED}, **env}
 
 
 def trained(env):
-    """(pinned?, digest) of TRAIN run in a fresh interpreter with `env` added to a clean copy of
-    this one's environment."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in PINS and k not in ("MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", TRAIN], env={**base, **env}, check=True,
+    """(fingerprint, digest) of TRAIN run in a fresh interpreter with `env`."""
+    out = subprocess.run([sys.executable, "-c", TRAIN], env=clean_env(env), check=True,
                          capture_output=True, text=True).stdout.split()
-    return out[0] == "True", out[1]
+    return out[0], out[1]
 
 
-def test_pinned_runs_are_bitwise_equal_across_cpus_and_unpinned_ones_differ():
-    variants = {
-        "pinned": {**PINS},
-        "pinned, another CPU": {**PINS, **OTHER_CPU},
-        "unpinned": {**UNPINNED, "ATEN_CPU_CAPABILITY": NATIVE},
-        "unpinned, another CPU": {**UNPINNED, **OTHER_CPU, "ATEN_CPU_CAPABILITY": "default"},
-    }
+def native_capability():
+    """torch's kernel set on this CPU, read in a process where no pin is set."""
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    return subprocess.run([sys.executable, "-c", code], env=clean_env({}), check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_the_pins_make_runs_bitwise_equal_across_imitated_cpus_and_each_pin_is_needed():
+    variants = {"pinned": dict(PINS), "pinned, another CPU": {**OTHER_CPU, **PINS}}
+    for name in PINS:                                    # another CPU with one pin left out
+        variants[f"without {name}"] = {**OTHER_CPU, **PINS, name: UNPINNED[name]}
     with ProcessPoolExecutor(2) as pool:
         results = dict(zip(variants, pool.map(trained, variants.values())))
-    assert results["pinned"][0] and results["pinned, another CPU"][0]
-    assert not results["unpinned, another CPU"][0]
+    assert results["pinned"][0] == results["pinned, another CPU"][0] == EXPECTED
     assert results["pinned"][1] == results["pinned, another CPU"][1]
-    assert results["unpinned"][1] != results["unpinned, another CPU"][1]
+    for name in PINS:
+        fp, digest = results[f"without {name}"]
+        assert digest != results["pinned"][1], f"{name}: the imitated CPU did not change the bits"
+        assert fp != EXPECTED, f"{name}: the fingerprint missed a changed arithmetic"
+
+
+def test_the_native_capability_is_read_before_any_pin():
+    assert native_capability() in ("AVX2", "AVX512", "DEFAULT", "ZVECTOR", "VSX", "SVE256")
 
 
 def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):
-    monkeypatch.setenv("MKL_CBWR", "AUTO")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     with pinned_environment(), ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-        assert pool.submit(arithmetic_in_force).result()["pinned"]
-    assert os.environ["MKL_CBWR"] == "AUTO"          # the caller's environment is back
+        assert pool.submit(fingerprint).result() == EXPECTED
+    assert os.environ["ONEDNN_MAX_CPU_ISA"] == "SSE41"       # the caller's environment is back
 
 
-def test_training_unpinned_says_so():
+@pytest.mark.parametrize("override", ["ONEDNN_MAX_CPU_ISA=SSE41", "ATEN_CPU_CAPABILITY=default"])
+def test_training_under_another_arithmetic_names_the_setting(override):
     code = ("import warnings; warnings.simplefilter('error')\n"
             "from tinyagent.grpo import RLConfig, train_rl\n"
             "from tinyagent.policy import load_rl_base\n"
             "train_rl(load_rl_base(), RLConfig(tasks_per_step=1, group_size=2), steps=1, progress=False)")
-    env = {**os.environ, **UNPINNED}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.returncode != 0 and "without the pinned arithmetic" in done.stderr
+    name, value = override.split("=")
+    done = subprocess.run([sys.executable, "-c", code], env=clean_env({**PINS, name: value}),
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "fingerprint" in done.stderr and override in done.stderr

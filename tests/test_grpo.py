@@ -38,7 +38,8 @@ def test_clip_bounds_on_both_sides():
 
 @pytest.mark.parametrize("field, value, allowed", [
     ("eps_low", 1.5, r"\[0, 1\)"), ("eps_low", -0.1, r"\[0, 1\)"), ("eps_high", -0.2, "non-negative"),
-    ("temperature", 0.0, "positive"), ("lr", float("nan"), "non-negative"), ("kl_coef", -0.1, "non-negative"),
+    ("temperature", 0.0, "positive"), ("lr", float("nan"), r"in \[0, 1e\+06\]"), ("kl_coef", -0.1, r"in \[0, 1e\+06\]"),
+    ("kl_coef", 1e39, "overflow the float32 policy"), ("lr", 1e308, "overflow"),
     ("minibatches", 3, "must divide"), ("group_size", 0, "positive integer")])
 def test_config_fields_are_refused_outside_their_range(field, value, allowed):
     with pytest.raises(ValueError, match=allowed):
@@ -103,7 +104,7 @@ def test_config_refuses_bools_and_non_integers_as_counts_and_seeds():
 
 
 def test_config_refuses_a_temperature_too_small_for_finite_log_probs():
-    with pytest.raises(ValueError, match="temperature must be .*at least 1e-3"):
+    with pytest.raises(ValueError, match="temperature must be .*at least 0.001"):
         RLConfig(temperature=1e-40)
 
 
@@ -140,3 +141,41 @@ def test_chapter9_exposes_every_config_field():
                                 "--group-size", "4", "--seed", "7"])
     assert args.steps == 3 and args.cfg == RLConfig(kl_coef=0.1, eps_high=float("inf"),
                                                     group_size=4, seed=7)
+
+
+def test_training_stops_at_the_first_non_finite_loss_naming_the_step():
+    from tinyagent.grpo import NonFiniteError, grpo_loss
+    calls = []
+
+    def overflowing(*args):
+        loss, stats = grpo_loss(*args)
+        calls.append(1)
+        return (loss * float("inf") if len(calls) > 2 else loss), stats   # from step 1 on
+    policy = load_rl_base()
+    with pytest.raises(NonFiniteError, match=r"step 1: the loss became non-finite.*lr="):
+        train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3, loss_fn=overflowing,
+                 progress=False)
+    assert all(p.isfinite().all() for p in policy.parameters())      # no step trained on it
+
+
+def test_training_stops_when_a_step_makes_the_parameters_non_finite():
+    import torch
+    from tinyagent.grpo import NonFiniteError
+    policy = load_rl_base()
+
+    class Overflowing(torch.optim.Adam):                 # as a huge step would end in float32
+        def step(self, closure=None):
+            super().step(closure)
+            with torch.no_grad():
+                policy.head.bias[0] = float("inf")
+    with pytest.raises(NonFiniteError, match="step 0: the parameters became non-finite"):
+        train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=2, progress=False,
+                 optimizer=Overflowing(policy.parameters(), lr=1e-3))
+
+
+def test_a_resumed_run_evaluates_after_its_last_step():
+    seen = []
+    policy = load_rl_base()
+    train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3, first_step=4,
+             evaluate=lambda p: seen.append(1) or {"x": 1.0}, eval_every=20, progress=False)
+    assert seen == [1]

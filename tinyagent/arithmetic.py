@@ -1,34 +1,36 @@
 """One arithmetic for every run, so that a run's numbers depend only on its config, seed and code.
 
 A 40-step run turns a last-bit difference in arithmetic into a different sampled token and then a
-different run, and which kernels torch and MKL run depends on the CPU: torch picks its vectorized
-kernels by the instructions it finds (AVX-512 or AVX2), MKL its matrix-multiply code path by the
-CPU's model and vendor. Two settings fix both, and must be in the environment before torch
-computes anything:
+different run, and several libraries inside the torch wheel pick their code by the CPU they find.
+Each one the policy's computations reach is pinned, by a variable that must be in the environment
+before that library computes anything:
 
-    ATEN_CPU_CAPABILITY=avx2      torch's own kernels at AVX2, which every current x86-64 CPU has
-    MKL_CBWR=COMPATIBLE,STRICT    MKL's Conditional Numerical Reproducibility branch that MKL
-                                  documents as reproducible on Intel and AMD alike (its AVX2
-                                  branch falls back to the automatic one on AMD)
+    library (what of ours runs on it)          pin
+    ATen's vectorized kernels, with the SLEEF   ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
+      math inside them (layer norm, softmax,      the CPU has AVX-512
+      attention, Adam, sampling in float64)
+    MKL: BLAS (every float32 matrix product)    MKL_CBWR=COMPATIBLE,STRICT: the reproducibility
+      and VML (ATen's vectorized exp/log)         branch MKL documents for Intel and AMD alike
+    oneDNN (float32 GELU, its own JIT code)     ONEDNN_MAX_CPU_ISA=AVX2: on an AVX-512 CPU it
+                                                  otherwise JITs AVX-512 code with other bits
+    OpenMP (how a reduction is split)           one torch thread for training and the held-out
+                                                  rollout (`torch_threads`), a fixed two for SFT
+    never reached by our runs: FBGEMM and QNNPACK (quantized ops), NNPACK and XNNPACK
+    (convolutions), oneDNN's matrix products (bfloat16 and int8 only). glibc's libm picks FMA
+    variants of exp and log by the CPU, identical on every CPU with AVX2 (they all have FMA).
 
-The thread count is the third pin: measured, even under these settings a float32 matrix product
-of up to 64 rows gives other bits on two threads than on one. So training and the held-out rollout
-run on one torch thread (`torch_threads`), and SFT on its own fixed count.
-
-`import tinyagent` sets the two variables (unless the environment already says otherwise), and the
-run workers of `tinyagent.runs` are always started with them. A process that trains without them
-in force is told so by `warn_if_unpinned`. Imports nothing from the package, and torch only inside
-functions, so that it can run before torch computes anything.
+A list can miss a library, so the arithmetic is also checked by what it computes
+(fingerprint.py). `import tinyagent` sets the variables (unless the environment already says
+otherwise), and the run workers of `tinyagent.runs` are always started with them. Imports
+nothing from the package, and torch only inside functions, so that it can run before torch
+computes anything.
 """
 import ctypes
 import os
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT"}
-TORCH_CAPABILITY = "AVX2"      # what torch reports when the first pin is in force
-MKL_COMPATIBLE = 3             # MKL_CBWR_COMPATIBLE, as mkl_cbwr_get(MKL_CBWR_BRANCH) answers
+PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def pin_environment():
@@ -66,7 +68,7 @@ def torch_threads(n):
         torch.set_num_threads(before)
 
 
-def _mkl_branch():
+def mkl_branch():
     """MKL's code branch as MKL itself reports it, or None where this torch build does not let us
     ask (its MKL is linked into libtorch_cpu; another build may hide or lack it)."""
     import torch
@@ -77,33 +79,3 @@ def _mkl_branch():
         return None
     get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
     return get(1)                                    # 1: MKL_CBWR_BRANCH
-
-
-def arithmetic_in_force():
-    """What this process computes with: torch's kernel set, MKL's branch (None: cannot ask) and
-    whether that is the pinned arithmetic."""
-    import torch
-    capability = torch.backends.cpu.get_cpu_capability()
-    branch = _mkl_branch()
-    mkl_pinned = (branch == MKL_COMPATIBLE if branch is not None
-                  else os.environ.get("MKL_CBWR") == PINS["MKL_CBWR"])
-    return {"torch kernels": capability, "MKL branch": branch,
-            "pinned": capability == TORCH_CAPABILITY and mkl_pinned}
-
-
-_warned = False
-
-
-def warn_if_unpinned():
-    """Warn once per process when it trains without the pinned arithmetic: its numbers are then
-    this machine's, and a run of the same config may end differently elsewhere."""
-    global _warned
-    state = arithmetic_in_force()
-    if state["pinned"] or _warned:
-        return
-    _warned = True
-    warnings.warn(f"training without the pinned arithmetic (torch kernels {state['torch kernels']}, "
-                  f"MKL branch {state['MKL branch']}): numbers may differ from another machine's. "
-                  f"Set {' '.join(f'{k}={v}' for k, v in PINS.items())} before torch computes "
-                  f"anything, or train through tinyagent.runs, whose workers always do.",
-                  RuntimeWarning, stacklevel=3)

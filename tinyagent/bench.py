@@ -15,7 +15,8 @@ from multiprocessing import get_context
 
 from torch.profiler import ProfilerActivity, profile
 
-from .arithmetic import arithmetic_in_force
+from .arithmetic import mkl_branch
+from .fingerprint import matches
 from .evaluate import evaluate
 from .grpo import RLConfig, frozen_copy, train_rl
 from .policy import load_rl_base
@@ -76,9 +77,9 @@ def side_by_side(seeds=(0, 1)):
 
 def main(argv=None):
     argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(argv)
-    state = arithmetic_in_force()
-    print(f"arithmetic: torch kernels {state['torch kernels']}, MKL branch {state['MKL branch']} "
-          f"({'pinned' if state['pinned'] else 'NOT the pinned arithmetic'}); "
+    import torch
+    print(f"arithmetic: torch kernels {torch.backends.cpu.get_cpu_capability()}, MKL branch "
+          f"{mkl_branch()}, fingerprint {'the pinned one' if matches() else 'NOT the pinned one'}; "
           f"policy in {load_rl_base().head.weight.dtype}")
     print(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
     r = timed_run()

@@ -3,17 +3,30 @@ per-token KL penalty, the update and the training loop). The KL estimators and t
 come from the leaf module `kl`; their Chapter 9 names stay importable from here."""
 import copy
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch.profiler import record_function
 from tqdm.auto import trange
 
-from .arithmetic import torch_threads, warn_if_unpinned
-from .checks import finite_nonnegative, positive_int, real_number, seed_int
+from .arithmetic import torch_threads
+from .checks import finite_nonempty, positive_int, real_number, seed_int, temperature
+from .fingerprint import check_arithmetic
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
+
+
+# The largest learning rate or loss coefficient a config takes: a coefficient times a loss term
+# must stay far inside float32's range (3.4e38); at 1e39 one step overflows every parameter.
+MAX_COEFFICIENT = 1e6
+
+
+def coefficient(name, value):
+    """`value` as a float if it is a real number in [0, MAX_COEFFICIENT]."""
+    return real_number(name, value, lambda v: 0 <= v <= MAX_COEFFICIENT,
+                       f"in [0, {MAX_COEFFICIENT:g}] (larger ones overflow the float32 policy)")
 
 
 @dataclass(frozen=True)
@@ -66,11 +79,8 @@ class RLConfig:
         set_field("eps_high", real_number("eps_high", self.eps_high, lambda v: v >= 0,
                                           "non-negative (math.inf removes the ceiling, as DAPO)"))
         for name in ("lr", "kl_coef"):
-            set_field(name, finite_nonnegative(name, getattr(self, name)))
-        set_field("temperature", real_number(
-            "temperature", self.temperature, lambda v: 1e-3 <= v < math.inf,
-            "positive and finite, at least 1e-3 (below it sampling is greedy, and logits / "
-            "temperature overflow to NaN log-probs near 1e-38)"))
+            set_field(name, coefficient(name, getattr(self, name)))
+        set_field("temperature", temperature("temperature", self.temperature))
         if self.episodes_per_step % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide the "
                              f"{self.episodes_per_step} episodes of a step")
@@ -103,6 +113,7 @@ def compute_advantages(rewards, group_size):
     """Group-normalized advantages (r - mean) / std within each group of attempts; exactly zero
     for a group whose rewards are identical. Returns (advantages, share of such groups)."""
     positive_int("group_size", group_size)
+    finite_nonempty("rewards", rewards)
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, "
                          f"got shape {tuple(rewards.shape)}")
@@ -172,14 +183,28 @@ def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn
                 mismatch = mismatch_kl(logp.detach(), old_logp[mb], mask[mb]).item()
             loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,
                                      advantages[mb], mask[mb], cfg)
+            require_finite("the loss", loss)
             optimizer.zero_grad()
             loss.backward()
+            require_finite("the gradient norm", torch.nn.utils.get_total_norm(
+                [p.grad for p in policy.parameters() if p.grad is not None]))
             optimizer.step()
+            require_finite("the parameters", *policy.parameters())
             stats.append(mb_stats)
     out = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
     out["kl_to_ref"] = masked_mean(kl_penalty(old_logp, ref_logp, "k3"), mask).item()
     out["mismatch_kl"] = mismatch
     return out
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a non-finite number; `train_rl` names the step."""
+
+
+def require_finite(what, *tensors):
+    """Stop before a non-finite number trains on: one `isfinite` per tensor."""
+    if not all(bool(t.detach().isfinite().all()) for t in tensors):
+        raise NonFiniteError(f"{what} became non-finite (inf or NaN)")
 
 
 def frozen_copy(policy):
@@ -204,7 +229,7 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
     continue that run, with the log numbered from `first_step`: 40 steps and then 40 more give the
     bits of 80."""
     positive_int("steps", steps)
-    warn_if_unpinned()
+    check_arithmetic()
     reference = frozen_copy(policy) if reference is None else reference
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
     gen = torch.Generator().manual_seed(cfg.seed) if generator is None else generator
@@ -212,7 +237,7 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
     for step in trange(first_step, first_step + steps, desc=desc, disable=not progress):
         with record_function("sampling"):
             batch = sample_step(policy, cfg, gen, tasks)
-        with record_function("update"):
+        with record_function("update"), _naming_step(step, cfg):
             log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
             ref_logp = reference_logprobs(reference, batch)                    # (B, T)
             rewards = batch.rewards                                            # (B,)
@@ -222,9 +247,21 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
             advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
             log.update(rl_update(policy, reference, optimizer, batch, advantages, cfg, gen,
                                  loss_fn, ref_logp))
-        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == steps):
+        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == first_step + steps):
             log.update({f"eval_{k}": v for k, v in evaluate(policy).items()})
         if next_cfg is not None:
             cfg = next_cfg(cfg, log)
         history.append(log)
     return history
+
+
+@contextmanager
+def _naming_step(step, cfg):
+    """Re-raise a NonFiniteError with the step and the likely cause."""
+    try:
+        yield
+    except NonFiniteError as err:
+        raise NonFiniteError(
+            f"step {step}: {err}; the run stops here rather than train on it. Likely cause: a "
+            f"learning rate or coefficient too large for float32 (lr={cfg.lr:g}, "
+            f"kl_coef={cfg.kl_coef:g}, entropy_coef={getattr(cfg, 'entropy_coef', 0.0):g})") from None

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .checks import positive_int
+from .files import write_atomically
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float32   # under the pinned arithmetic (arithmetic.py) float32 is as reproducible
@@ -167,22 +168,6 @@ def _checksum_path(path):
         raise ValueError(f"a checkpoint path must end in .pt (its checksum is the .sha256 file "
                          f"beside it, {path.stem}.sha256), got {path}")
     return path.with_suffix(".sha256")
-
-
-def write_atomically(path, data):
-    """Write `data` to a temporary file beside `path`, then rename it over `path`: a killed
-    write leaves the old file whole. The temporary file is removed if anything fails. `data` is
-    bytes; the one atomic write of the package (the run cache uses it too)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _recorded_checksum(sums):

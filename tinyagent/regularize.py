@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .checks import finite_nonnegative, finite_positive
-from .grpo import RLConfig, policy_loss, rl_update, train_rl
+from .checks import finite_positive
+from .grpo import RLConfig, coefficient, policy_loss, rl_update, train_rl
 from .gym import TRAIN_TASKS
 from .kl import (KL_ESTIMATE_KINDS, entropy_bonus, kl_estimate, masked_mean,
                  sequence_kl)
@@ -51,8 +51,7 @@ class RegularizedConfig(RLConfig):
         if self.kl_placement == "reward" and self.kl_kind != "k1":
             raise ValueError(f"the reward placement subtracts the sampled sequence KL, a sum of k1; "
                              f"set kl_kind='k1' (got {self.kl_kind!r})")
-        object.__setattr__(self, "entropy_coef",
-                           finite_nonnegative("entropy_coef", self.entropy_coef))
+        object.__setattr__(self, "entropy_coef", coefficient("entropy_coef", self.entropy_coef))
         if self.entropy_positions not in ENTROPY_POSITIONS:
             raise ValueError(f"unknown entropy_positions {self.entropy_positions!r}; allowed: "
                              f"{', '.join(ENTROPY_POSITIONS)}")

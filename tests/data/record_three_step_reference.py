@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from tinyagent.arithmetic import arithmetic_in_force
+from tinyagent.fingerprint import matches
 from tinyagent.evaluate import evaluate
 from tinyagent.policy import load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
@@ -30,7 +30,7 @@ def record(config):
 
 
 if __name__ == "__main__":
-    assert arithmetic_in_force()["pinned"], "record under the pinned arithmetic"
+    assert matches(), "record under the pinned arithmetic"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     out = Path(__file__).with_name("three_step_reference.json")
     out.write_text(json.dumps({"recorded at commit": commit.strip(),

@@ -1,0 +1,138 @@
+"""Tests of tinyagent.cache: keys, atomic writes, locks, plain data only, bad files recomputed."""
+import pytest
+import torch
+
+from tinyagent import cache
+from tinyagent.cache import cached, code_digest, imported_modules, key
+
+
+def counting(result):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return result
+    return compute, calls
+
+
+def test_cache_computes_once_then_loads(tmp_path):
+    compute, calls = counting({"value": [1.5, 2.5]})
+    first = cached({"beta": 0.3}, compute, tmp_path)
+    second = cached({"beta": 0.3}, compute, tmp_path)
+    assert first == second == {"value": [1.5, 2.5]} and len(calls) == 1
+    cached({"beta": 1.0}, compute, tmp_path)
+    assert len(calls) == 2
+    assert not list(tmp_path.glob("*.tmp"))          # written atomically, no leftovers
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_a_damaged_entry_is_reported_and_recomputed(tmp_path, capsys, damage):
+    compute, calls = counting({"value": torch.arange(3.0)})
+    cached({"beta": 0.3}, compute, tmp_path)
+    (path,) = tmp_path.glob("*.pt")
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"not a torch file",
+                      "empty": b""}[damage])
+    again = cached({"beta": 0.3}, compute, tmp_path)
+    assert torch.equal(again["value"], torch.arange(3.0)) and len(calls) == 2
+    message = capsys.readouterr().out
+    assert message.count("\n") == 1 and "unreadable" in message and path.name in message
+    assert cached({"beta": 0.3}, compute, tmp_path) and len(calls) == 2   # repaired on disk
+
+
+class Arbitrary:
+    """An object a pickle could smuggle in; the cache must not execute or return it."""
+
+
+def test_the_cache_does_not_unpickle_arbitrary_objects(tmp_path, capsys):
+    compute, calls = counting({"value": 1})
+    cached({"k": 1}, compute, tmp_path)
+    (path,) = tmp_path.glob("*.pt")
+    torch.save({"value": Arbitrary()}, path)
+    assert cached({"k": 1}, compute, tmp_path) == {"value": 1} and len(calls) == 2
+    assert "unreadable" in capsys.readouterr().out
+
+
+def test_a_readable_entry_of_the_wrong_structure_is_recomputed(tmp_path, capsys):
+    compute, calls = counting({"value": 1})
+    cached({"k": 1}, compute, tmp_path)
+    (path,) = tmp_path.glob("*.pt")
+    other = tmp_path / f"{key({'k': 2})}.pt"
+    for entry in ([1, 2, 3], {"value": 1}, "a string"):            # not what `cached` writes
+        torch.save(entry, path)
+        assert cached({"k": 1}, compute, tmp_path) == {"value": 1}
+    wants_eval = lambda result: "eval" in result                   # noqa: E731
+    assert cached({"k": 1}, lambda: {"eval": 2}, tmp_path, check=wants_eval) == {"eval": 2}
+    with pytest.raises(ValueError, match="its check refuses"):
+        cached({"k": 3}, compute, tmp_path, check=wants_eval)
+    path.rename(other)                                             # an entry under another key
+    assert cached({"k": 2}, compute, tmp_path) == {"value": 1}
+    printed = capsys.readouterr().out
+    assert len(calls) == 6 and printed.count("unreadable") == 5 and "wrong structure" in printed
+
+
+def test_a_result_that_could_not_be_read_back_is_refused_before_it_is_written(tmp_path):
+    import numpy as np
+    compute, calls = counting({"history": [{"reward": np.float64(0.5)}]})
+    with pytest.raises(TypeError, match=r"\['history'\]\[0\]\['reward'\] is a numpy.float64"):
+        cached({"k": 1}, compute, tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.suffix != ".lock"]
+
+
+def test_keys_refuse_what_is_not_plain_data_and_equal_configs_share_one():
+    from dataclasses import asdict
+    from tinyagent.regularize import RegularizedConfig
+    for bad in ({"x": torch.zeros(100)}, {"x": object()}, {1: "a"}):
+        with pytest.raises(TypeError, match=r"config(\['x'\] is a| has the key)"):
+            key(bad)
+    assert (key({"cfg": asdict(RegularizedConfig(kl_coef=0, entropy_coef=0))})
+            == key({"cfg": asdict(RegularizedConfig(kl_coef=0.0, entropy_coef=0.0))}))
+
+
+def test_a_failed_save_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def disk_full(obj, f):
+        f.write(b"half an entry")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        cached({"k": 1}, lambda: {"value": 1}, tmp_path)
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.pt"))
+
+
+def test_reading_an_entry_takes_no_lock(tmp_path, monkeypatch):
+    compute, calls = counting({"value": 1})
+    cached({"k": 1}, compute, tmp_path)
+    for lock in tmp_path.glob("*.lock"):
+        lock.unlink()
+
+    def no_lock(*args):
+        raise PermissionError("the cache is read-only")
+    monkeypatch.setattr(cache.fcntl, "flock", no_lock)
+    assert cached({"k": 1}, compute, tmp_path) == {"value": 1} and len(calls) == 1
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_the_code_hash_ignores_docstrings_and_comments_but_not_code():
+    source = (cache.PACKAGE / "grpo.py").read_text()
+    assert '"""Chapter 9:' in source and "# (B, T)" in source and "1 - cfg.eps_low" in source
+    prose = (source.replace('"""Chapter 9:', '"""Chapter Nine:', 1)
+             .replace("# (B, T)", "# shape (B, T)")
+             .replace('"""PPO\'s clipped', '"""The clipped', 1))
+    assert prose != source and cache.source_digest(prose) == cache.source_digest(source)
+    code = source.replace("1 - cfg.eps_low", "1 - 0.5 * cfg.eps_low", 1)
+    assert cache.source_digest(code) != cache.source_digest(source)
+
+
+def test_keys_depend_on_every_part_of_the_config():
+    assert key({"a": 1, "b": 2}) == key({"b": 2, "a": 1})
+    assert key({"a": 1}) != key({"a": 2})
+
+
+def test_the_code_digest_covers_every_module_runs_imports():
+    modules = imported_modules("runs")
+    for name in ("gym", "kl", "policy", "regularize", "sampler", "evaluate", "grpo", "vocab",
+                 "fingerprint", "cache"):
+        assert name in modules
+    for name in ("plots", "book", "report", "pretrain", "experiments", "study", "cluster"):
+        assert name not in modules
+    assert code_digest("runs") != code_digest("kl")

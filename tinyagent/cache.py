@@ -1,0 +1,165 @@
+"""An on-disk cache of results keyed by plain data, so that a notebook that asks for a result
+another notebook computed loads it instead of computing it again.
+
+A key is the SHA-256 of its configuration written as JSON (dicts with string keys, lists,
+strings, numbers, None: anything else is refused, so two configurations share a key only if they
+are equal). Entries are plain data (lists, dicts, numbers, tensors) loaded with
+`weights_only=True`, written atomically, and computed under a per-key file lock, so two processes
+asking for the same result at once compute it once. An unreadable entry (a full disk, a killed
+copy) is reported in one line and recomputed. What a result depends on besides its configuration
+(the code, the arithmetic) the caller puts into the configuration: `code_digest` hashes code.
+"""
+import ast
+import fcntl
+import hashlib
+import json
+import io
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from .files import write_atomically
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def imported_modules(name):
+    """The package's modules that `name` imports, directly or not (itself included), read from
+    their `from .x import` statements."""
+    seen, todo = set(), [name]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+        todo += [node.module for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module]
+    return sorted(seen)
+
+
+def source_digest(source):
+    """A hash of what Python source does: its parsed tree without docstrings. Comments,
+    docstrings and layout do not change it, so editing the book's prose in a module does not
+    recompute every cached run; any change to the code does."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+def code_digest(name):
+    """A hash of the code of module `name` and of every package module it imports, as this process
+    reads them now (callers keep the value they computed at import, so a file edited mid-session
+    cannot relabel old results)."""
+    h = hashlib.sha256()
+    for module in imported_modules(name):
+        h.update(source_digest((PACKAGE / f"{module}.py").read_text()).encode())
+    return h.hexdigest()
+
+
+def _check_plain(value, where, tensors):
+    """Refuse, naming where it is, anything in `value` but dicts, lists, tuples, strings, numbers,
+    None and (if `tensors`) tensors: what a key is made of, or what an entry can be read back as
+    with `weights_only=True` (a numpy number, say, would be written and then never read)."""
+    if type(value) in (str, int, float, bool, type(None)):
+        return
+    if tensors and isinstance(value, torch.Tensor):
+        return
+    if type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]", tensors)
+        return
+    if type(value) in (dict, OrderedDict):
+        for key, item in value.items():
+            if type(key) is not str and not (tensors and type(key) is int):
+                raise TypeError(f"{where} has the key {key!r}; keys must be strings")
+            _check_plain(item, f"{where}[{key!r}]", tensors)
+        return
+    allowed = "dicts, lists, strings, numbers, None" + (", tensors" if tensors else "")
+    raise TypeError(f"{where} is a {type(value).__module__}.{type(value).__qualname__}; allowed: "
+                    f"{allowed} (convert numpy numbers with float() or int())")
+
+
+def key(config):
+    """The cache key of `config`: plain data (dicts with string keys, lists, strings, numbers,
+    None), so that two configs share a key only if they are equal. A tensor, say, is refused
+    rather than keyed by its abbreviated repr."""
+    _check_plain(config, "config", tensors=False)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _load(path, check=None):
+    """A cached entry's result, or None (after saying so in one line) if the file is unreadable,
+    is not an entry `cached` wrote under this key, or its result fails `check(result)`."""
+    try:
+        entry = torch.load(path, weights_only=True)
+    except Exception as err:                     # truncated, corrupt, or not plain data
+        reason = str(err).splitlines()[0][:100] if str(err) else type(err).__name__
+    else:
+        if not (isinstance(entry, dict) and set(entry) == {"key", "result"}):
+            reason = "not a run cache entry"
+        elif entry["key"] != path.stem:
+            reason = f"the entry of another run, {entry['key']!r}"
+        else:
+            try:
+                ok = check is None or check(entry["result"])
+            except Exception:                    # a check that indexes a missing key, say
+                ok = False
+            if ok:
+                return entry["result"]
+            reason = "its result has the wrong structure"
+    print(f"run cache: {path.name} is unreadable ({reason}); recomputing it")
+    return None
+
+
+def _path(config, cache_dir):
+    return Path(cache_dir) / f"{key(config)}.pt"
+
+
+def lookup(config, cache_dir, check=None):
+    """The cached result for `config`, or None if it is missing, unreadable or fails
+    `check(result)` (see `_load`). Needs only read access to the cache."""
+    path = _path(config, cache_dir)
+    return _load(path, check) if path.exists() else None
+
+
+def _identity(path):
+    """What changes when a file is replaced (`os.replace` gives it a new inode), or None."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def cached(config, compute, cache_dir, check=None):
+    """`compute()`'s result for `config`, loaded from the cache when present, readable and
+    accepted by `check(result) -> bool` (if given), else computed and stored. The result must be
+    plain data: dicts, lists, numbers, strings, tensors (anything else is refused before it is
+    written). Reading needs no write access; computing takes a per-run lock, so two processes
+    asking for the same run compute it once."""
+    path = _path(config, cache_dir)
+    seen = _identity(path)
+    if (result := lookup(config, cache_dir, check)) is not None:
+        return result
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)         # another process computing this run: wait for it
+        if _identity(path) not in (None, seen):  # it wrote the entry while we waited
+            if (result := lookup(config, cache_dir, check)) is not None:
+                return result
+        result = compute()
+        _check_plain(result, "the result", tensors=True)
+        if check is not None and not check(result):   # else it would be recomputed every time
+            raise ValueError(f"compute() returned a result that its check refuses: "
+                             f"{result!r:.200}")
+        buffer = io.BytesIO()
+        torch.save({"key": path.stem, "result": result}, buffer)
+        write_atomically(path, buffer.getvalue())
+    return result
