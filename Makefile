@@ -32,6 +32,7 @@ export OMP_NUM_THREADS := 1
 # sets these too; exporting them here covers every process make starts, before torch loads.
 export ATEN_CPU_CAPABILITY := avx2
 export MKL_CBWR := COMPATIBLE,STRICT
+export ONEDNN_MAX_CPU_ISA := AVX2
 # No progress bars in executed notebooks: their stored outputs must not depend on timing.
 export TINYAGENT_PROGRESS ?= 0
 EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
@@ -39,7 +40,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 	--ExecutePreprocessor.store_widget_state=False \
 	--ExecutePreprocessor.record_timing=False
 
-.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain clean
+.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain study clean
 
 setup: $(STAMP)
 
@@ -94,6 +95,12 @@ lab: $(STAMP)
 
 chapter9: $(STAMP)
 	$(BIN)/python -m tinyagent.chapter9
+
+# The study (tinyagent/study.py): 3 base agents x 9 settings x 20 seeds, what is missing computed
+# on every core (resumable: stop it and run it again), records in tinyagent/data/. On a Dask
+# cluster: make study CLUSTER=tcp://host:8786
+study: $(STAMP)
+	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.study $(if $(CLUSTER),--cluster $(CLUSTER))
 
 # Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
 # (SFT sets its own thread count); python -m tinyagent.pretrain --replace overwrites it.

@@ -1,0 +1,60 @@
+"""Tests of tinyagent.study: its records are plain data, refused when made by other code, and the
+committed study holds every run it promises."""
+import gzip
+import json
+
+import pytest
+import torch
+
+from tinyagent import study
+from tinyagent.policy import Policy
+from tinyagent.runs import CODE_VERSION
+
+
+def fake_run(seed=0):
+    policy = Policy(seed=seed)
+    return {"history": [{"step": 0, "entropy": 0.123456789, "reward": 0.5}],
+            "eval": {"pass@1": 0.25, "passed_per_task": [0, 3, 16]},
+            "state": dict(policy.state_dict())}
+
+
+def test_a_record_identifies_the_runs_bits_and_keeps_what_the_claims_read():
+    run = fake_run()
+    r = study.record("none", "rl_base", 3, run)
+    assert r["sha256"] == study.params_sha256(run["state"])
+    assert r["sha256"] != study.params_sha256(fake_run(seed=1)["state"])
+    assert r["history"][0]["entropy"] == 0.123457 and r["eval"]["passed_per_task"] == [0, 3, 16]
+    assert r["code"] == CODE_VERSION and json.loads(json.dumps(r)) == r      # plain data
+
+
+def test_records_of_other_code_or_a_damaged_file_say_to_run_make_study(tmp_path):
+    path = tmp_path / "runs.jsonl.gz"
+    other = {**study.record("none", "rl_base", 0, fake_run()), "code": "another version"}
+    path.write_bytes(gzip.compress((json.dumps(other) + "\n").encode()))
+    with pytest.raises(study.StaleStudy, match="make study"):
+        study.load_records(path)
+    assert study.load_records(path, check=False) == [other]
+    path.write_bytes(b"not gzip")
+    with pytest.raises(study.StaleStudy, match="make study"):
+        study.load_records(path)
+
+
+def test_records_group_by_agent_and_seed():
+    records = [study.record(s, a, seed, fake_run()) for a in ("x", "y") for s in ("none", "k")
+               for seed in (1, 0)]
+    grouped = study.by_agent(records, settings=("none", "k"))
+    assert list(grouped) == ["x", "y"] and len(grouped["x"]) == 2
+    assert [per_seed["none"]["seed"] for per_seed in grouped["y"]] == [0, 1]
+
+
+def test_the_committed_study_holds_every_run_with_its_identity():
+    records = study.load_records()
+    keys = {(r["agent"], r["setting"], r["seed"]) for r in records}
+    assert keys == {(a, s, n) for a in study.AGENTS for s in study.SETTINGS for n in study.SEEDS}
+    assert all(len(r["sha256"]) == 64 and len(r["history"]) == study.STEPS for r in records)
+    assert study.RECORDS.stat().st_size < 20e6                     # megabytes, not gigabytes
+
+
+def test_every_study_agent_ships_with_its_checksum():
+    for agent in study.AGENTS:
+        assert torch.equal(study.load_agent(agent).head.bias, study.load_agent(agent).head.bias)

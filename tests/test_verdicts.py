@@ -1,0 +1,78 @@
+"""Tests of tinyagent.verdicts: the stratified bootstrap, the interval rule, the re-draw check and
+the book's numbers placed in our distribution."""
+import numpy as np
+import pytest
+
+from tinyagent.report import Claim
+from tinyagent.verdicts import (book_in_distribution, claim_verdicts, measures, redraw_check,
+                                stratified_interval, verdict)
+
+
+def test_a_constant_effect_has_a_point_interval():
+    assert stratified_interval([[0.3] * 5, [0.3] * 7]) == pytest.approx((0.3, 0.3, 0.3))
+
+
+def test_seeds_are_resampled_within_agents_not_across_them():
+    # each agent constant: a pooled bootstrap would spread, a stratified one cannot
+    effect, low, high = stratified_interval([[0.0] * 10, [1.0] * 10])
+    assert effect == low == high == 0.5
+    effect, low, high = stratified_interval([np.arange(10.0), np.arange(10.0)])
+    assert low < effect == 4.5 < high
+
+
+def test_the_interval_narrows_with_more_seeds():
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=200)
+    few = stratified_interval([values[:10]])
+    many = stratified_interval([values])
+    assert many[2] - many[1] < few[2] - few[1]
+
+
+def test_the_verdict_follows_where_the_interval_lies():
+    above = lambda v: v > 0                                        # noqa: E731
+    assert verdict(above, 0.1, 0.4) == "holds"
+    assert verdict(above, -0.4, -0.1) == "does not hold"
+    assert verdict(above, -0.1, 0.1) == "unresolved"
+    within = lambda v: abs(v) < 0.08                               # noqa: E731
+    assert verdict(within, -0.05, 0.05) == "holds"
+    assert verdict(within, -0.5, 0.5) == "unresolved"              # both ends fail, the middle holds
+    assert verdict(within, 0.1, 0.5) == "does not hold"
+
+
+def test_a_non_finite_measure_is_refused_not_scored():
+    claim = Claim("x", "x", lambda r: r["v"], lambda v: v > 0)
+    with pytest.raises(ValueError, match="non-finite"):
+        measures([claim], {"a": [{"v": 1.0}, {"v": float("nan")}]})
+
+
+def claims_and_values(shift, seeds=20, agents=3, seed=0):
+    rng = np.random.default_rng(seed)
+    claims = [Claim(f"c{i}", "", lambda r, i=i: r[i], lambda v: v > 0) for i in range(len(shift))]
+    results = {f"agent{a}": [[s + rng.normal(scale=0.1) for s in shift] for _ in range(seeds)]
+               for a in range(agents)}
+    return claims, measures(claims, results)
+
+
+def test_clear_effects_are_resolved_and_agree_across_redraws():
+    claims, values = claims_and_values([1.0, -1.0, 0.5])
+    table = claim_verdicts(claims, values)
+    assert list(table["verdict"]) == ["holds", "does not hold", "holds"]
+    assert set(table.columns) >= {"effect", "low", "high", "agent0", "agent1", "agent2"}
+    check = redraw_check(claims, values, random_splits=3)
+    assert (check["same verdict"] == 1).all() and (check["resolved"] == 1).all()
+
+
+def test_an_effect_at_the_threshold_stays_unresolved_and_lowers_the_resolved_share():
+    claims, values = claims_and_values([1.0, 0.0])
+    assert claim_verdicts(claims, values).loc["c1", "verdict"] == "unresolved"
+    assert redraw_check(claims, values, random_splits=3).loc["seeds 0-9 vs 10-19", "resolved"] < 1
+
+
+def test_a_book_number_is_placed_at_its_percentile_among_our_runs():
+    ours = {"a": {"none": {"pass@1": np.linspace(0, 1, 21)}},
+            "b": {"none": {"pass@1": np.linspace(0.5, 1.5, 21)}}}
+    table = book_in_distribution({"none": {"pass@1": 2.0}}, ours, ["pass@1", "reads"])
+    (row,) = table.to_dict("records")
+    assert row["percentile"] == 100 and not row["inside"] and row["inside agents"] == "none"
+    table = book_in_distribution({"none": {"pass@1": 0.2}}, ours, ["pass@1"])
+    assert table.loc[0, "inside agents"] == "a" and table.loc[0, "inside"]
