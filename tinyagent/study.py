@@ -28,6 +28,7 @@ AGENTS = (SHIPPED_AGENT, "agent_1", "agent_2")     # agent_k: demonstrations and
 SEEDS = tuple(range(20))
 SETTINGS = tuple(COMPARISON)
 RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"
+AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each agent's regime check
 # Fixed before the two new agents were built: the chapter's base agent reads in 0.21-0.24 of
 # episodes with entropy about 0.55 nats; ours must land near it for the study to test the
 # chapter's regime (held-out, 640 episodes: `pretrain.held_out_behaviour`).
@@ -150,9 +151,14 @@ def main(argv=None):
     if args.cluster:
         from .cluster import dask_executor
         executor = dask_executor(args.cluster)
-    for agent, metrics in regime_check().items():
+    checked = regime_check()
+    for agent, metrics in checked.items():
         print(agent, "  ".join(f"{m} {v:.3f}±{se:.3f}{'' if ok else ' OUTSIDE ' + str(REGIME[m])}"
                                for m, (v, se, ok) in metrics.items()), flush=True)
+    write_atomically(AGENT_RECORDS, (json.dumps(
+        {agent: {m: {"value": v, "se": se, "band": REGIME[m], "inside": ok}
+                 for m, (v, se, ok) in metrics.items()} for agent, metrics in checked.items()},
+        indent=1) + "\n").encode())
     records = compute(executor=executor, workers=args.workers)
     print(f"study: {len(records)} runs in {RECORDS}")
 
