@@ -88,7 +88,9 @@ def test_k3_decomposition_parts_add_up_to_the_evaluated_distance(base):
     parts = k3_decomposition(batch, base)
     assert set(parts) == {(kind, role) for kind in ("majority", "needs the log") for role in ROLES}
     total = evaluate(policy, TASKS, n=4, ks=(1,), reference=base)["kl_to_ref"]
-    assert sum(part["contribution"] for part in parts.values()) == pytest.approx(total, rel=1e-12)
+    # evaluate computes the reference's float32 log-probs in batches of another shape, which round
+    # in the last bits (1e-9 relative, measured): agreement to float32 precision, not to float64
+    assert sum(part["contribution"] for part in parts.values()) == pytest.approx(total, rel=1e-6)
     assert sum(part["share"] for part in parts.values()) == pytest.approx(1.0)
     for part in parts.values():
         assert part["contribution"] == pytest.approx(part["share"] * part["per_token"], abs=1e-12)
