@@ -66,15 +66,21 @@ def book_vs_ours(ours, book, digits, index_name="run"):
 
 def over_seeds(per_seed, digits, index_name="run"):
     """Median and range (min, max) over seeds. `per_seed` maps a row label to a list (one entry
-    per seed) of {column: value}; returns columns (column, "median" | "min" | "max")."""
+    per seed) of {column: value}; returns columns (column, "median" | "min" | "max"). A column
+    that does not apply to a row is NaN at every seed and shows as missing; NaN at some seeds only,
+    or inf, is an error."""
     counts = {len(seeds) for seeds in per_seed.values()}
     if len(counts) != 1 or 0 in counts:
         raise ValueError(f"every row needs results for the same, non-zero number of seeds; got "
                          f"{ {row: len(seeds) for row, seeds in per_seed.items()} }")
+    (n_seeds,) = counts
     columns = {}
     for col, places in digits.items():
-        values = _finite_array([[seed[col] for seed in per_seed[row]] for row in per_seed],
-                               f"the per-seed values of {col!r}")
+        rows = [[seed[col] for seed in per_seed[row]] for row in per_seed]
+        applies = [not all(_is_real(v) and math.isnan(v) for v in row) for row in rows]
+        values = np.full((len(rows), n_seeds), np.nan)
+        values[applies] = _finite_array([r for r, a in zip(rows, applies) if a],
+                                        f"the per-seed values of {col!r}")
         for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max)):
             columns[(col, stat)] = fn(values, axis=1).round(places) + 0.0
     return pd.DataFrame(columns, index=pd.Index(list(per_seed), name=index_name))
