@@ -91,7 +91,8 @@ def load_records(path=RECORDS, check=True):
 
 
 def by_agent(records, settings=SETTINGS):
-    """{agent: [one {setting: record} per seed]}, seeds in order: the shape the claims read."""
+    """{agent: [one {setting: record} per seed]}, seeds in order, each seed with a record of
+    every setting: the shape the claims read."""
     table = {}
     for r in records:
         table.setdefault(r["agent"], {}).setdefault(r["seed"], {})[r["setting"]] = r
@@ -108,25 +109,27 @@ def _write(records, path=RECORDS):
     write_atomically(path, gzip.compress(text.encode(), mtime=0))   # mtime 0: the same bytes
 
 
-def compute(agents=AGENTS, executor=None, workers=None):
-    """Every missing run, agent by agent and setting by setting, writing the records after each
-    setting (so a stopped study keeps what it finished; the run cache keeps the runs)."""
+def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEEDS[10:])):
+    """Every missing run, in blocks of ten seeds (seeds 0-9 of every agent and setting, then
+    10-19), writing the records after each block of ten runs: a study stopped early keeps what
+    it finished, balanced across agents, and the run cache keeps the runs."""
     try:
         done = {(r["agent"], r["setting"], r["seed"]): r for r in load_records()}
     except StaleStudy:
         done = {}
     start, total = time.perf_counter(), len(agents) * len(SETTINGS) * len(SEEDS)
-    for agent in agents:
-        for setting in SETTINGS:
-            if all((agent, setting, seed) in done for seed in SEEDS):
-                continue
-            runs = regularized_runs(jobs(agent, (setting,)), workers=workers, executor=executor,
-                                    desc=f"{agent} {setting}")
-            for seed, run in zip(SEEDS, runs):
-                done[(agent, setting, seed)] = record(setting, agent, seed, run)
-            _write(list(done.values()))
-            minutes = (time.perf_counter() - start) / 60
-            print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min)", flush=True)
+    for block in blocks:
+        for agent in agents:
+            for setting in SETTINGS:
+                if all((agent, setting, seed) in done for seed in block):
+                    continue
+                runs = regularized_runs(jobs(agent, (setting,), block), workers=workers,
+                                        executor=executor, desc=f"{agent} {setting}")
+                for seed, run in zip(block, runs):
+                    done[(agent, setting, seed)] = record(setting, agent, seed, run)
+                _write(list(done.values()))
+                minutes = (time.perf_counter() - start) / 60
+                print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min)", flush=True)
     return list(done.values())
 
 
