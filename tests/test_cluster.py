@@ -10,11 +10,10 @@ distributed = pytest.importorskip("distributed")
 
 def test_a_local_cluster_recomputes_study_runs_bit_for_bit(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)             # compute, do not load
-    picks = [("rl_base", "k3+ beta=0.3", 11), ("agent_1", "entropy 0.03", 17)]
+    picks = [("rl_base", "k3+ beta=0.3", 7), ("agent_1", "entropy 0.03", 8)]
     recorded = {(r["agent"], r["setting"], r["seed"]): r for r in study.load_records()}
     jobs = [study.jobs(agent, (setting,), (seed,))[0] for agent, setting, seed in picks]
-    with local_cluster(2) as cluster:
-        executor = dask_executor(cluster.scheduler_address)
+    with local_cluster(2) as cluster, dask_executor(cluster.scheduler_address) as executor:
         results = runs.regularized_runs(jobs, executor=executor, progress=False)
     for pick, run in zip(picks, results):
         assert study.params_sha256(run["state"]) == recorded[pick]["sha256"], pick
@@ -26,4 +25,5 @@ def test_a_cluster_whose_workers_share_a_process_is_refused():
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
         with pytest.raises(ValueError, match="--nthreads 1"):
-            dask_executor(cluster.scheduler_address)
+            with dask_executor(cluster.scheduler_address):
+                pass

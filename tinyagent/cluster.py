@@ -11,23 +11,30 @@ checks its worker's fingerprint before it trains and refuses on a mismatch, and 
 into the local run cache. Each worker must run one task at a time (`--nthreads 1`): torch's thread
 count is one per process, and two runs sharing a process would share it.
 """
+from contextlib import contextmanager
+
 from .arithmetic import PINS
 
 
+@contextmanager
 def dask_executor(address):
     """An Executor on the Dask scheduler at `address` (e.g. "tcp://10.0.0.5:8786"), after checking
-    that every worker runs one task at a time."""
+    that every worker runs one task at a time; the connection closes when the block ends."""
     from distributed import Client
     client = Client(address)
-    threads = {w: info["nthreads"] for w, info in client.scheduler_info()["workers"].items()}
-    if not threads:
-        raise RuntimeError(f"the Dask scheduler at {address} has no workers yet; start some with "
-                           f"`dask worker {address} --nthreads 1`")
-    several = sorted(w for w, n in threads.items() if n != 1)
-    if several:
-        raise ValueError(f"Dask workers {several} run several tasks at once; runs need one thread "
-                         f"per worker process: start them with `dask worker {address} --nthreads 1`")
-    return client.get_executor()
+    try:
+        threads = {w: info["nthreads"] for w, info in client.scheduler_info()["workers"].items()}
+        if not threads:
+            raise RuntimeError(f"the Dask scheduler at {address} has no workers yet; start some "
+                               f"with `dask worker {address} --nthreads 1`")
+        several = sorted(w for w, n in threads.items() if n != 1)
+        if several:
+            raise ValueError(f"Dask workers {several} run several tasks at once; runs need one "
+                             f"thread per worker process: start them with "
+                             f"`dask worker {address} --nthreads 1`")
+        yield client.get_executor()
+    finally:
+        client.close()
 
 
 def local_cluster(n_workers=2):

@@ -150,10 +150,6 @@ def main(argv=None):
                         "on instead of local worker processes")
     parser.add_argument("--workers", type=int, help="local worker processes (default: every core)")
     args = parser.parse_args(argv)
-    executor = None
-    if args.cluster:
-        from .cluster import dask_executor
-        executor = dask_executor(args.cluster)
     checked = regime_check()
     for agent, metrics in checked.items():
         print(agent, "  ".join(f"{m} {v:.3f}±{se:.3f}{'' if ok else ' OUTSIDE ' + str(REGIME[m])}"
@@ -162,7 +158,12 @@ def main(argv=None):
         {agent: {m: {"value": v, "se": se, "band": REGIME[m], "inside": ok}
                  for m, (v, se, ok) in metrics.items()} for agent, metrics in checked.items()},
         indent=1) + "\n").encode())
-    records = compute(executor=executor, workers=args.workers)
+    if args.cluster:
+        from .cluster import dask_executor
+        with dask_executor(args.cluster) as executor:
+            records = compute(executor=executor)
+    else:
+        records = compute(workers=args.workers)
     print(f"study: {len(records)} runs in {RECORDS}")
 
 
