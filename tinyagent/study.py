@@ -96,8 +96,9 @@ def by_agent(records, settings=SETTINGS):
     table = {}
     for r in records:
         table.setdefault(r["agent"], {}).setdefault(r["seed"], {})[r["setting"]] = r
-    return {agent: [seeds[s] for s in sorted(seeds) if set(seeds[s]) >= set(settings)]
-            for agent, seeds in table.items()}
+    grouped = {agent: [seeds[s] for s in sorted(seeds) if set(seeds[s]) >= set(settings)]
+               for agent, seeds in table.items()}
+    return {agent: per_seed for agent, per_seed in grouped.items() if per_seed}
 
 
 def _write(records, path=RECORDS):
