@@ -24,7 +24,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from .arithmetic import PINS
+from . import fingerprint as fp
+from .arithmetic import PINS, mkl_branch
+from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +99,6 @@ def overrides(environ):
     """The variables that can override a pin (fingerprint.OVERRIDES), set in `environ` to something
     other than the pin: {name: (value, pin or None)}. Thread counts are left out: the runs and the
     fingerprint set their own."""
-    from .fingerprint import OVERRIDES
     found = {}
     for name in OVERRIDES:
         if name in THREAD_VARIABLES or name not in environ:
@@ -116,7 +117,6 @@ def describe(found):
 def shell_environ(shell_env):
     """The environment a process started from the calling shell (without make) gets, once
     `import tinyagent` has set the pins it names no value for."""
-    from .fingerprint import OVERRIDES
     environ = dict(os.environ)
     for name in set(OVERRIDES) | set(PINS):
         environ.pop(name, None)
@@ -140,8 +140,6 @@ def report(shell_env=None):
     stored numbers. `shell_env`: the calling shell's values of the arithmetic variables when make
     has replaced some of them (None: this process's environment is the shell's)."""
     import torch
-    from . import fingerprint as fp
-    from .arithmetic import mkl_branch
 
     lines = []
     version = sys.version_info[:2]

@@ -19,9 +19,11 @@ import hashlib
 import json
 import time
 
-from .files import write_atomically
+from .cluster import dask_executor
 from .experiments import COMPARISON, STEPS, seeded
+from .files import write_atomically
 from .fingerprint import EXPECTED
+from .pretrain import held_out_behaviour
 from .runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs
 
 AGENTS = (SHIPPED_AGENT, "agent_1", "agent_2")     # agent_k: demonstrations and SFT at seed k
@@ -136,7 +138,6 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
 
 def regime_check(agents=AGENTS):
     """Each base agent's held-out behaviour against `REGIME`: {agent: {metric: (value, se, ok)}}."""
-    from .pretrain import held_out_behaviour
     out = {}
     for agent in agents:
         behaviour = held_out_behaviour(load_agent(agent))
@@ -160,7 +161,6 @@ def main(argv=None):
                  for m, (v, se, ok) in metrics.items()} for agent, metrics in checked.items()},
         indent=1) + "\n").encode())
     if args.cluster:
-        from .cluster import dask_executor
         with dask_executor(args.cluster) as executor:
             records = compute(executor=executor)
     else:
