@@ -146,20 +146,25 @@ def regime_check(agents=AGENTS):
     return out
 
 
+def record_agents(agents=AGENTS):
+    """Check every base agent against `REGIME` and write the result beside the runs' records."""
+    checked = {agent: {m: {"value": v, "se": se, "band": REGIME[m], "inside": ok}
+                       for m, (v, se, ok) in metrics.items()}
+               for agent, metrics in regime_check(agents).items()}
+    write_atomically(AGENT_RECORDS, (json.dumps(checked, indent=1) + "\n").encode())
+    return checked
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", help="address of a Dask scheduler (tcp://host:port) to run "
                         "on instead of local worker processes")
     parser.add_argument("--workers", type=int, help="local worker processes (default: every core)")
     args = parser.parse_args(argv)
-    checked = regime_check()
-    for agent, metrics in checked.items():
-        print(agent, "  ".join(f"{m} {v:.3f}±{se:.3f}{'' if ok else ' OUTSIDE ' + str(REGIME[m])}"
-                               for m, (v, se, ok) in metrics.items()), flush=True)
-    write_atomically(AGENT_RECORDS, (json.dumps(
-        {agent: {m: {"value": v, "se": se, "band": REGIME[m], "inside": ok}
-                 for m, (v, se, ok) in metrics.items()} for agent, metrics in checked.items()},
-        indent=1) + "\n").encode())
+    for agent, metrics in record_agents().items():
+        print(agent, "  ".join(f"{m} {v['value']:.3f}±{v['se']:.3f}"
+                               f"{'' if v['inside'] else ' OUTSIDE ' + str(v['band'])}"
+                               for m, v in metrics.items()), flush=True)
     if args.cluster:
         with dask_executor(args.cluster) as executor:
             records = compute(executor=executor)
