@@ -58,13 +58,6 @@ def trained(env):
     return out[0], out[1]
 
 
-def native_capability():
-    """torch's kernel set on this CPU, read in a process where no pin is set."""
-    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    return subprocess.run([sys.executable, "-c", code], env=clean_env({}), check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 def test_the_pins_make_runs_bitwise_equal_across_imitated_cpus_and_each_pin_is_needed():
     variants = {"pinned": dict(PINS), "pinned, another CPU": {**OTHER_CPU, **PINS}}
     for name in PINS:                                    # another CPU with one pin left out
@@ -77,10 +70,6 @@ def test_the_pins_make_runs_bitwise_equal_across_imitated_cpus_and_each_pin_is_n
         fp, digest = results[f"without {name}"]
         assert digest != results["pinned"][1], f"{name}: the imitated CPU did not change the bits"
         assert fp != EXPECTED, f"{name}: the fingerprint missed a changed arithmetic"
-
-
-def test_the_native_capability_is_read_before_any_pin():
-    assert native_capability() in ("AVX2", "AVX512", "DEFAULT", "ZVECTOR", "VSX", "SVE256")
 
 
 def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):

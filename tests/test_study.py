@@ -4,7 +4,6 @@ import gzip
 import json
 
 import pytest
-import torch
 
 from tinyagent import study
 from tinyagent.policy import Policy
@@ -60,6 +59,7 @@ def test_the_committed_study_is_balanced_and_every_record_carries_its_identity()
     assert study.RECORDS.stat().st_size < 20e6                     # megabytes, not gigabytes
 
 
-def test_every_study_agent_ships_with_its_checksum():
-    for agent in study.AGENTS:
-        assert torch.equal(study.load_agent(agent).head.bias, study.load_agent(agent).head.bias)
+def test_every_study_agent_loads_under_its_checksum_and_the_agents_differ():
+    from tinyagent.runs import policy_digest
+    digests = {policy_digest(study.load_agent(agent)) for agent in study.AGENTS}
+    assert len(digests) == len(study.AGENTS)                     # built independently
