@@ -25,16 +25,32 @@ def test_median_band_draws_a_band_only_for_several_seeds():
     plt.close(fig)
 
 
-def test_saved_figures_have_the_same_bytes_twice(tmp_path):
+def test_saved_figures_have_the_same_bytes_when_the_data_differ_far_below_a_pixel(tmp_path):
+    """What another CPU's float64 noise would do to a figure: lines and bands 1e-9 apart."""
     use_style()
     paths = []
-    for attempt in range(2):
+    for attempt, noise in enumerate((0.0, 1e-9)):
         fig, ax = plt.subplots()
-        ax.plot(rounded(np.linspace(0, 1, 50) ** 2))
+        x = np.linspace(0, 1, 50)
+        ax.plot(x, x ** 2 + noise)
+        ax.fill_between(x, x ** 3 - noise, x ** 2 + noise)
         paths.append(save_figure(fig, "f", tmp_path / str(attempt)))
         plt.close(fig)
     for suffix in (".png", ".pdf"):
         assert paths[0].with_suffix(suffix).read_bytes() == paths[1].with_suffix(suffix).read_bytes()
+    fig, ax = plt.subplots()
+    ax.plot(np.linspace(0, 1, 50) ** 2 + 1e-3)                 # a visible difference still shows
+    other = save_figure(fig, "f", tmp_path / "other")
+    plt.close(fig)
+    assert other.with_suffix(".pdf").read_bytes() != paths[0].with_suffix(".pdf").read_bytes()
+
+
+def test_save_figure_refuses_artists_it_cannot_round(tmp_path):
+    fig, ax = plt.subplots()
+    ax.scatter([0.1, 0.2], [0.3, 0.4])
+    with pytest.raises(TypeError, match="lines and filled areas only, got a PathCollection"):
+        save_figure(fig, "f", tmp_path)
+    plt.close(fig)
 
 
 def test_save_figure_takes_a_stem_or_a_path_one_way(tmp_path):

@@ -146,3 +146,11 @@ def test_score_claims_refuses_a_nan_measure_instead_of_calling_it_a_failure():
     claim = Claim("x", "x is positive", lambda r: r["x"], lambda v: v > 0)
     with pytest.raises(ValueError, match="claim 'x' measured a non-finite value at seed"):
         score_claims([claim], [{"x": math.nan}] * 5)
+
+
+def test_rounded_table_rounds_each_column_and_shows_no_negative_zero():
+    from tinyagent.report import rounded_table
+    table = rounded_table(pd.DataFrame({"a": [-1e-9, 0.12345], "b": [-0.0004, 2.5]}), {"a": 3, "b": 2})
+    assert table["a"].tolist() == [0.0, 0.123] and table["b"].tolist() == [0.0, 2.5]
+    assert not np.signbit(table.to_numpy()).any()
+    assert "-0.0" not in table.to_string()

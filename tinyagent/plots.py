@@ -2,13 +2,15 @@
 
 The unregularized run is drawn as the orange reference line in every TinyAgent panel.
 A PNG is the same on every machine once its metadata are fixed. A PDF stores each coordinate with
-ten decimals, so float64 noise of ~1e-9 between CPUs reaches its bytes: plot `rounded(...)` data.
+ten decimals, so float64 noise of ~1e-9 between CPUs would reach its bytes: `save_figure` rounds
+the plotted data first, so notebooks plot their numbers as they are.
 """
 import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import PolyCollection
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
@@ -28,9 +30,26 @@ def use_style():
 
 def rounded(values, decimals=6):
     """`values` as a float64 array rounded to 1e-6: a millionth of a unit is far below a pixel,
-    and it hides the ~1e-9 differences in computed data between machines, so the PDF that
-    `save_figure` writes has the same bytes everywhere."""
+    and it hides the ~1e-9 differences in computed data between machines (+ 0.0: no "-0")."""
     return np.round(np.asarray(values, dtype=np.float64), decimals) + 0.0
+
+
+def round_plotted_data(fig):
+    """Round the coordinates of every line and filled area in `fig` (the only artists the
+    notebooks draw from data) with `rounded`, and the axis limits to 7 significant digits, in
+    place; anything else is refused, so that a new kind of artist cannot slip unrounded coordinates
+    into a PDF."""
+    for ax in fig.axes:
+        for line in ax.lines:
+            line.set_data(rounded(line.get_xdata()), rounded(line.get_ydata()))
+        for collection in ax.collections:
+            if not isinstance(collection, PolyCollection):
+                raise TypeError(f"save_figure rounds lines and filled areas only, got a "
+                                f"{type(collection).__name__}")
+            for path in collection.get_paths():
+                path.vertices = rounded(path.vertices)
+        ax.set_xlim(*(float(f"{v:.7g}") for v in ax.get_xlim()))    # the limits, set from the
+        ax.set_ylim(*(float(f"{v:.7g}") for v in ax.get_ylim()))    # data, to 7 digits too
 
 
 def median_band(ax, curves, style):
@@ -39,9 +58,9 @@ def median_band(ax, curves, style):
     curves = np.asarray(curves, dtype=np.float64)
     steps = np.arange(curves.shape[1])
     if len(curves) > 1:
-        ax.fill_between(steps, rounded(curves.min(0)), rounded(curves.max(0)),
-                        color=style["color"], alpha=0.15, lw=0)
-    ax.plot(steps, rounded(np.median(curves, axis=0)), **style)
+        ax.fill_between(steps, curves.min(0), curves.max(0), color=style["color"], alpha=0.15,
+                        lw=0)
+    ax.plot(steps, np.median(curves, axis=0), **style)
 
 
 def figure_stem(name, directory=FIGURES):
@@ -66,10 +85,11 @@ def figure_stem(name, directory=FIGURES):
 
 
 def save_figure(fig, name, directory=FIGURES):
-    """Save `fig` as stem.png and stem.pdf (`figure_stem(name, directory)`) with no timestamps,
-    so rebuilds give the same bytes (for the PDF, on another machine too, when the plotted data
-    are `rounded`). Returns the PNG's path."""
+    """Save `fig` as stem.png and stem.pdf (`figure_stem(name, directory)`) with its data rounded
+    and no timestamps, so rebuilds give the same bytes, on another machine too. Returns the PNG's
+    path."""
     stem = figure_stem(name, directory)
+    round_plotted_data(fig)
     stem.parent.mkdir(parents=True, exist_ok=True)
     png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")
     fig.savefig(png, metadata={"Software": None}, bbox_inches="tight")

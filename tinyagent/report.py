@@ -47,6 +47,13 @@ def _finite_array(values, what):
     return np.asarray(values, dtype=float)
 
 
+def rounded_table(table, digits):
+    """`table` (a DataFrame or Series, or an array) rounded for display to `digits` decimals (a
+    number, or {column: decimals}), with -0.0 shown as 0.0: a small negative number rounded to
+    zero is zero, not "-0.000"."""
+    return table.round(digits) + 0.0
+
+
 def book_vs_ours(ours, book, digits, index_name="run"):
     """One row per key of `ours`, and per column of `digits` a pair ("ours", "book").
 
@@ -60,7 +67,7 @@ def book_vs_ours(ours, book, digits, index_name="run"):
         for who, source in (("ours", ours), ("book", book)):
             values = [_number_or_missing(source.get(row, {}).get(col), f"{who}[{row!r}][{col!r}]",
                                          prose_allowed=who == "book") for row in ours]
-            columns[(col, who)] = np.array(values, dtype=float).round(places) + 0.0
+            columns[(col, who)] = rounded_table(np.array(values, dtype=float), places)
     return pd.DataFrame(columns, index=pd.Index(list(ours), name=index_name))
 
 
@@ -82,7 +89,7 @@ def over_seeds(per_seed, digits, index_name="run"):
         values[applies] = _finite_array([r for r, a in zip(rows, applies) if a],
                                         f"the per-seed values of {col!r}")
         for stat, fn in (("median", np.median), ("min", np.min), ("max", np.max)):
-            columns[(col, stat)] = fn(values, axis=1).round(places) + 0.0
+            columns[(col, stat)] = rounded_table(fn(values, axis=1), places)
     return pd.DataFrame(columns, index=pd.Index(list(per_seed), name=index_name))
 
 
@@ -106,7 +113,7 @@ def quantiles_over_seeds(per_seed, book, digits):
         "book": pd.Series(book, dtype=float).reindex(per_seed.columns),
     })
     table.index.name = per_seed.columns.name
-    return table.round(digits) + 0.0
+    return rounded_table(table, digits)
 
 
 def logged_series(runs, key):
