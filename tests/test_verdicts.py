@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tinyagent.report import Claim
-from tinyagent.verdicts import (book_in_distribution, claim_verdicts, measures, redraw_check,
-                                stratified_interval, verdict)
+from tinyagent.verdicts import (book_in_distribution, claim_verdicts, halves, measures,
+                                redraw_check, stratified_interval, verdict)
 
 
 def test_a_constant_effect_has_a_point_interval():
@@ -68,6 +68,12 @@ def test_an_effect_at_the_threshold_stays_unresolved_and_lowers_the_resolved_sha
     assert redraw_check(claims, values, random_splits=3).loc["first half of the seeds vs second half", "resolved"] < 1
 
 
+def test_halves_split_each_agents_seeds_in_order():
+    claims = [Claim("late", "", lambda r: r, lambda v: v > 0)]
+    values = {"late": {"a": np.r_[-np.ones(10), np.ones(10)], "b": np.r_[-np.ones(6), np.ones(6)]}}
+    assert halves(claims, values).loc["late"].tolist() == ["does not hold", "holds"]
+
+
 def test_a_book_number_is_placed_at_its_percentile_among_our_runs():
     ours = {"a": {"none": {"pass@1": np.linspace(0, 1, 21)}},
             "b": {"none": {"pass@1": np.linspace(0.5, 1.5, 21)}}}
@@ -76,3 +82,11 @@ def test_a_book_number_is_placed_at_its_percentile_among_our_runs():
     assert row["percentile"] == 100 and not row["inside"] and row["inside agents"] == "none"
     table = book_in_distribution({"none": {"pass@1": 0.2}}, ours, ["pass@1"])
     assert table.loc[0, "inside agents"] == "a" and table.loc[0, "inside"]
+
+
+def test_the_live_k_of_n_sits_beside_the_study_verdict():
+    import pandas as pd
+    claims, values = claims_and_values([1.0, -1.0])
+    live = pd.DataFrame({"holds in": [4, 1], "of seeds": [5, 5]}, index=["c0", "c1"])
+    table = claim_verdicts(claims, values, live=live)
+    assert table["live, k of n"].tolist() == ["4 of 5", "1 of 5"]

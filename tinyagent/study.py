@@ -120,7 +120,7 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
         done = {(r["agent"], r["setting"], r["seed"]): r for r in load_records()}
     except StaleStudy:
         done = {}
-    start, total = time.perf_counter(), len(agents) * len(SETTINGS) * len(SEEDS)
+    start, total, before = time.perf_counter(), len(agents) * len(SETTINGS) * len(SEEDS), len(done)
     for block in blocks:
         for agent in agents:
             for setting in SETTINGS:
@@ -132,7 +132,9 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
                     done[(agent, setting, seed)] = record(setting, agent, seed, run)
                 _write(list(done.values()))
                 minutes = (time.perf_counter() - start) / 60
-                print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min)", flush=True)
+                left = minutes / (len(done) - before) * (total - len(done))
+                print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min, about "
+                      f"{left:.0f} min to go)", flush=True)
     return list(done.values())
 
 

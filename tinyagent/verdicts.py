@@ -69,9 +69,10 @@ def _decide(claim, values_by_agent):
     return effect, low, high, verdict(claim.holds, low, high)
 
 
-def claim_verdicts(claims, values, digits=3):
+def claim_verdicts(claims, values, digits=3, live=None):
     """One row per claim: its effect and interval over every agent, the verdict, and the verdict
-    within each agent; `values` is `measures(...)`."""
+    within each agent; `values` is `measures(...)`. With `live` (report.score_claims's table of
+    the same claims on a notebook's own seeds), a last column gives its k of n beside them."""
     rows = {}
     for claim in claims:
         by_agent = values[claim.key]
@@ -81,7 +82,11 @@ def claim_verdicts(claims, values, digits=3):
         for agent, v in by_agent.items():
             row[f"{agent}"] = _decide(claim, [v])[3]
         rows[claim.key] = row
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("claim")
+    table = pd.DataFrame.from_dict(rows, orient="index").rename_axis("claim")
+    if live is not None:
+        table["live, k of n"] = (live["holds in"].astype(str) + " of "
+                                 + live["of seeds"].astype(str)).reindex(table.index)
+    return table
 
 
 def _agreement(pairs):
@@ -100,14 +105,24 @@ def _split_verdicts(claims, values, pick):
             for c in claims]
 
 
+def halves(claims, values):
+    """Each claim's verdict on the first and on the second half of every agent's seeds (the first
+    row of `redraw_check`), one row per claim: where the two differ, the claim is undecided by
+    the draw."""
+    first = _split_verdicts(claims, values, lambda a, n: slice(0, n // 2))
+    second = _split_verdicts(claims, values, lambda a, n: slice(n // 2, n))
+    return pd.DataFrame({"first half": first, "second half": second},
+                        index=pd.Index([c.key for c in claims], name="claim"))
+
+
 def redraw_check(claims, values, random_splits=20, seed=0):
     """The re-draw numbers (see the module docstring), one row per kind of re-draw: the first and
     second halves of the seeds, random halves (averaged over `random_splits`), and every pair of
     agents (each agent's seeds alone)."""
     rows = {}
-    first = _split_verdicts(claims, values, lambda a, n: slice(0, n // 2))
-    second = _split_verdicts(claims, values, lambda a, n: slice(n // 2, n))
-    rows["first half of the seeds vs second half"] = _agreement(list(zip(first, second)))
+    split = halves(claims, values)
+    rows["first half of the seeds vs second half"] = _agreement(
+        list(zip(split["first half"], split["second half"])))
     rng = np.random.default_rng(seed)
     pairs = []
     for _ in range(random_splits):
