@@ -80,13 +80,30 @@ def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):
     assert os.environ["ONEDNN_MAX_CPU_ISA"] == "SSE41"       # the caller's environment is back
 
 
-@pytest.mark.parametrize("override", ["ONEDNN_MAX_CPU_ISA=SSE41", "ATEN_CPU_CAPABILITY=default"])
-def test_training_under_another_arithmetic_names_the_setting(override):
-    code = ("import warnings; warnings.simplefilter('error')\n"
-            "from tinyagent.grpo import RLConfig, train_rl\n"
-            "from tinyagent.policy import load_rl_base\n"
-            "train_rl(load_rl_base(), RLConfig(tasks_per_step=1, group_size=2), steps=1, progress=False)")
+# What training, evaluation and SFT each compute first, as a reader's script would call them.
+ENTRY_POINTS = {
+    "train_rl": "from tinyagent.grpo import RLConfig, train_rl\n"
+                "from tinyagent.policy import load_rl_base\n"
+                "train_rl(load_rl_base(), RLConfig(tasks_per_step=1, group_size=2), steps=1, progress=False)",
+    "evaluate": "from tinyagent.evaluate import evaluate\n"
+                "from tinyagent.policy import load_rl_base\n"
+                "evaluate(load_rl_base(), n=8)",
+    "sft": "from tinyagent.policy import Policy\n"
+           "from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft\n"
+           "sft(Policy(), *make_demonstrations(DemoConfig(n_demos=8)), SFTConfig(steps=1, batch_size=2))",
+}
+
+
+@pytest.mark.parametrize("entry, override", [("train_rl", "ONEDNN_MAX_CPU_ISA=SSE41"),
+                                             ("train_rl", "ATEN_CPU_CAPABILITY=default"),
+                                             ("evaluate", "ONEDNN_MAX_CPU_ISA=SSE41"),
+                                             ("sft", "ONEDNN_MAX_CPU_ISA=SSE41")])
+def test_computing_under_another_arithmetic_names_the_setting(entry, override):
+    code = "import warnings; warnings.simplefilter('error')\n" + ENTRY_POINTS[entry]
     name, value = override.split("=")
     done = subprocess.run([sys.executable, "-c", code], env=clean_env({**PINS, name: value}),
                           capture_output=True, text=True)
     assert done.returncode != 0 and "fingerprint" in done.stderr and override in done.stderr
+    pinned = subprocess.run([sys.executable, "-c", code], env=clean_env(dict(PINS)),
+                            capture_output=True, text=True)
+    assert pinned.returncode == 0, pinned.stderr               # the same call, pinned, is silent

@@ -90,3 +90,12 @@ def test_the_live_k_of_n_sits_beside_the_study_verdict():
     live = pd.DataFrame({"holds in": [4, 1], "of seeds": [5, 5]}, index=["c0", "c1"])
     table = claim_verdicts(claims, values, live=live)
     assert table["live, k of n"].tolist() == ["4 of 5", "1 of 5"]
+
+
+def test_the_margin_is_how_far_an_interval_can_widen_before_its_verdict_changes():
+    from tinyagent.verdicts import margin
+    above = lambda v: v > 0                                        # noqa: E731
+    assert margin(above, 0.1, 0.3) == pytest.approx(0.5, abs=0.03)  # widened by 0.1 it reaches 0
+    assert margin(above, 1.0, 1.1) == 5.0                          # far from 0: the cap
+    assert margin(above, -0.1, 0.1) == 0.0                         # unresolved already
+    assert margin(lambda v: v < 0, -0.3, -0.1) == pytest.approx(0.5, abs=0.03)

@@ -7,6 +7,7 @@ import torch
 
 from .arithmetic import torch_threads
 from .checks import positive_int, temperature as check_temperature
+from .fingerprint import check_arithmetic
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS, merge_spellings
 from .sampler import rollout, token_logprobs
@@ -53,6 +54,7 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
     check_temperature("temperature", temperature)
     if not tasks:
         raise ValueError("a held-out rollout needs at least one task")
+    check_arithmetic()
     gen = torch.Generator().manual_seed(seed)
     return rollout(policy, [task for task in tasks for _ in range(n)], gen, temperature)
 

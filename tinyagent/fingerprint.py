@@ -39,7 +39,7 @@ def fingerprint():
     (well under a second)."""
     global _fingerprint
     if _fingerprint is None:
-        with torch_threads(1):
+        with torch_threads(1), torch.enable_grad():      # callers may sit under no_grad
             _fingerprint = _compute()
     return _fingerprint
 

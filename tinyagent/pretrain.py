@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .arithmetic import torch_threads
 from .evaluate import EVAL_SEED, heldout_rollout
+from .fingerprint import check_arithmetic
 from .gym import HELDOUT_TASKS, N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .kl import entropy
 from .policy import (RL_BASE_CHECKPOINT as CHECKPOINT, Policy, is_shipped_checkpoint,
@@ -135,6 +136,7 @@ def sft_loss(policy, tokens, mask):
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
     threads (so the bytes do not depend on OMP_NUM_THREADS)."""
+    check_arithmetic()
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(

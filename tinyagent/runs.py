@@ -16,7 +16,6 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 from multiprocessing import get_context
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm

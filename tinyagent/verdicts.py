@@ -64,6 +64,21 @@ def verdict(holds, low, high, grid=GRID):
     return "holds" if all(satisfied) else "does not hold" if not any(satisfied) else "unresolved"
 
 
+def margin(holds, low, high, step=0.02, most=5.0):
+    """How far a resolved verdict is from changing: the smallest widening of [low, high], on both
+    sides and in units of its own width, at which the verdict is no longer the same (0 for an
+    unresolved claim, `most` if it holds up to that). Half the seeds widen an interval by about
+    1.4 times, so a claim with a margin well under 0.5 can come out unresolved in a half."""
+    width = max(high - low, 1e-12)
+    decided = verdict(holds, low, high)
+    if decided == "unresolved":
+        return 0.0
+    for t in np.arange(step, most + step / 2, step):
+        if verdict(holds, low - t * width, high + t * width) != decided:
+            return round(float(t), 2)
+    return most
+
+
 def _decide(claim, values_by_agent):
     effect, low, high = stratified_interval(values_by_agent)
     return effect, low, high, verdict(claim.holds, low, high)
