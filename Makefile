@@ -45,7 +45,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 setup: $(STAMP)
 
 # Says which Python it builds with, or in one line why it cannot.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py tinyagent/matmul.c
 	@version=$$($(PYTHON) -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
 	case "$$version" in \
 	3.11.*|3.12.*|3.13.*) echo "make setup: Python $$version ($$(command -v $(PYTHON)))";; \

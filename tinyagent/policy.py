@@ -2,6 +2,8 @@
 
 Read top-down: config, attention, MLP, block, model, then save/load with a checksum.
 The model never imports the gym: it maps token ids to next-token logits, nothing more.
+Its matrix products go through `matmul` (the same bits on any CPU) and its GELU is written
+from erf, so no library that chooses its code by the CPU computes a run.
 """
 import hashlib
 import io
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 
 from .checks import positive_int
 from .files import write_atomically
+from .matmul import linear, matmul
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float32   # under the pinned arithmetic (arithmetic.py) float32 is as reproducible
@@ -41,12 +44,24 @@ class PolicyConfig:
                              f"the heads split the embedding evenly")
 
 
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same state_dict) computed through `matmul`."""
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+def gelu(x):
+    """The exact GELU, x·Φ(x), from erf (F.gelu runs oneDNN code chosen by the CPU)."""
+    return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.qkv = Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = Linear(cfg.n_embd, cfg.n_embd)
 
     def forward(self, x, cache=None, pos=0):
         """Causal attention over x (B, T, C). With a `cache`, x holds the tokens at positions
@@ -62,7 +77,10 @@ class CausalSelfAttention(nn.Module):
             cache[0][:, :, pos:pos + T] = k
             cache[1][:, :, pos:pos + T] = v
             k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]  # (B, nh, pos+T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # (B, nh, T, hs)
+        att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, L)
+        if T > 1:                                                    # a prefix: causal mask
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        y = matmul(F.softmax(att, dim=-1), v)                         # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
         return self.proj(y)
 
@@ -70,11 +88,11 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
-        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+        self.fc = Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.proj = Linear(4 * cfg.n_embd, cfg.n_embd)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x)))
+        return self.proj(gelu(self.fc(x)))
 
 
 class Block(nn.Module):
@@ -101,7 +119,7 @@ class Policy(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size)
+        self.head = Linear(cfg.n_embd, cfg.vocab_size)
         self.to(DTYPE)
         self._init_weights(torch.Generator().manual_seed(seed))
 

@@ -1,0 +1,105 @@
+"""The policy's matrix kernel: right to float32 precision, and with bits that depend on the
+operands alone (not on how the kernel blocks them, so not on the CPU)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinyagent.matmul import linear, matmul
+from tinyagent.policy import Policy
+
+GEN = torch.Generator().manual_seed(0)
+# shapes that exercise the 6-row x 16-column blocks, the 8-column blocks and every remainder
+SHAPES = [(1, 1, 1), (5, 7, 3), (6, 11, 16), (13, 66, 198), (37, 264, 66), (70, 66, 316),
+          (198, 300, 66)]
+
+
+def sequential_fma(a, b):
+    """The kernel's definition, row by row: c = fma(a_ik, b_kj, c) for k in order. A float32
+    product is exact in float64 and one float64 addition of two such numbers rounds to float32
+    as fma does except in the rare double-rounding case, which these data do not reach."""
+    c = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
+    for k in range(a.shape[1]):
+        c = (a[:, k, None].double() * b[k].double() + c.double()).float()
+    return c
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matmul_is_sequential_fma(m, k, n):
+    a, b = torch.randn(m, k, generator=GEN), torch.randn(k, n, generator=GEN)
+    assert torch.equal(matmul(a, b), sequential_fma(a, b))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_bits_do_not_depend_on_blocking(m, k, n):
+    """Each row and each column computed alone (other blocks, the scalar path) gives the same
+    bits as the whole product."""
+    a, b = torch.randn(m, k, generator=GEN), torch.randn(k, n, generator=GEN)
+    whole = matmul(a, b)
+    assert all(torch.equal(matmul(a[i:i + 1], b)[0], whole[i]) for i in range(m))
+    assert all(torch.equal(matmul(a, b[:, j:j + 1].contiguous())[:, 0], whole[:, j])
+               for j in range(n))
+
+
+def test_batched_and_transposed_operands():
+    a = torch.randn(2, 3, 9, 11, generator=GEN)
+    b = torch.randn(2, 3, 7, 11, generator=GEN).transpose(2, 3)          # a strided view
+    out = matmul(a, b)
+    assert out.shape == (2, 3, 9, 7)
+    assert torch.allclose(out.double(), a.double() @ b.double(), atol=1e-5)
+    assert torch.equal(out[1, 2], matmul(a[1, 2], b[1, 2]))
+
+
+def test_gradients_match_autograd_of_the_float64_product():
+    a = torch.randn(4, 5, 12, generator=GEN, requires_grad=True)
+    b = torch.randn(4, 12, 7, generator=GEN, requires_grad=True)
+    w = torch.randn(4, 5, 7, generator=GEN)
+    (matmul(a, b) * w).sum().backward()
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    ((a64 @ b64) * w.double()).sum().backward()
+    assert torch.allclose(a.grad.double(), a64.grad, atol=1e-5)
+    assert torch.allclose(b.grad.double(), b64.grad, atol=1e-5)
+
+
+def test_linear_is_nn_linear():
+    x, w, bias = (torch.randn(3, 8, 66, generator=GEN), torch.randn(198, 66, generator=GEN),
+                  torch.randn(198, generator=GEN))
+    assert torch.allclose(linear(x, w, bias), F.linear(x, w, bias), atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", ["dtype", "shape"])
+def test_bad_operands_are_refused(bad):
+    a = torch.randn(3, 4, dtype=torch.float64 if bad == "dtype" else torch.float32)
+    b = torch.randn(4 if bad == "dtype" else 5, 2)
+    with pytest.raises(TypeError if bad == "dtype" else ValueError, match="matmul"):
+        matmul(a, b)
+
+
+def reference_logits(policy, idx):
+    """The same transformer written with torch's own float64 kernels (F.linear, F.gelu,
+    scaled_dot_product_attention): what the policy must compute, to float32 precision."""
+    p = {name: t.double() for name, t in policy.state_dict().items()}
+    B, T = idx.shape
+    x = p["wte.weight"][idx] + p["wpe.weight"][:T]
+    nh, C = policy.cfg.n_head, policy.cfg.n_embd
+    for i in range(policy.cfg.n_layer):
+        pre = f"blocks.{i}."
+        h = F.layer_norm(x, (C,), p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
+        q, k, v = F.linear(h, p[pre + "attn.qkv.weight"], p[pre + "attn.qkv.bias"]).split(C, 2)
+        q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p[pre + "attn.proj.weight"], p[pre + "attn.proj.bias"])
+        h = F.layer_norm(x, (C,), p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
+        h = F.gelu(F.linear(h, p[pre + "mlp.fc.weight"], p[pre + "mlp.fc.bias"]))
+        x = x + F.linear(h, p[pre + "mlp.proj.weight"], p[pre + "mlp.proj.bias"])
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"])
+    return F.linear(x, p["head.weight"], p["head.bias"])
+
+
+def test_policy_computes_the_transformer():
+    policy = Policy(seed=3)
+    with torch.no_grad():
+        for t in policy.parameters():          # larger than the init, so attention is not flat
+            t.add_(torch.randn(t.shape, generator=GEN) * 0.3)
+    idx = torch.randint(0, policy.cfg.vocab_size, (3, 20), generator=GEN)
+    ours, ref = policy(idx).double(), reference_logits(policy, idx)
+    assert (ours - ref).abs().max() < 1e-4 * ref.abs().max()
