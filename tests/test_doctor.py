@@ -39,18 +39,25 @@ def test_doctor_says_bit_for_bit_under_the_pins_in_a_few_seconds():
 
 def test_doctor_names_the_override_a_notebook_would_inherit():
     """As `make test` runs it: silent when the runs reproduce, the report when they do not."""
-    out, _ = run_doctor("--quiet-if-ok", ONEDNN_MAX_CPU_ISA="SSE41")
+    out, _ = run_doctor("--quiet-if-ok", ATEN_CPU_CAPABILITY="default")
     assert out.splitlines()[-1] == f"verdict   {doctor.DIFFER}"
-    assert "why       ONEDNN_MAX_CPU_ISA=SSE41 makes the difference" in out
+    assert "why       ATEN_CPU_CAPABILITY=default makes the difference" in out
+    assert "where     the bits first part in the sampling" in out
+
+
+def test_a_library_no_run_reaches_changes_nothing():
+    """oneDNN at another ISA: no run computes with it, so the runs still reproduce."""
+    out, _ = run_doctor(ONEDNN_MAX_CPU_ISA="SSE41")
+    assert out.splitlines()[-1] == f"verdict   {doctor.BIT_FOR_BIT}"
 
 
 def test_doctor_sees_the_shell_behind_makes_exports():
     """make exports pins of its own; the shell's value, which a Jupyter started without make
     inherits, still decides the verdict."""
-    out, _ = run_doctor("--shell-env", "ONEDNN_MAX_CPU_ISA=SSE41 OMP_NUM_THREADS=4",
-                        ONEDNN_MAX_CPU_ISA="AVX2", OMP_NUM_THREADS="1")
-    assert "shell     ONEDNN_MAX_CPU_ISA=SSE41 (pin: AVX2) in your shell" in out
-    assert "ONEDNN_MAX_CPU_ISA=SSE41 makes the difference" in out
+    out, _ = run_doctor("--shell-env", "ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=4",
+                        ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
+    assert "shell     ATEN_CPU_CAPABILITY=default (pin: avx2) in your shell" in out
+    assert "ATEN_CPU_CAPABILITY=default makes the difference" in out
     assert out.splitlines()[-1] == f"verdict   {doctor.DIFFER}"
 
 

@@ -46,8 +46,8 @@ def test_records_group_by_agent_and_seed():
     assert [per_seed["none"]["seed"] for per_seed in grouped["y"]] == [0, 1]
 
 
-def test_the_committed_study_is_complete_and_every_record_carries_its_identity():
-    records = study.load_records()
+def test_the_committed_pilot_is_complete_and_every_record_carries_its_identity():
+    records = study.load_pilot()
     seeds = {}
     for r in records:
         seeds.setdefault((r["agent"], r["setting"]), set()).add(r["seed"])
@@ -55,7 +55,7 @@ def test_the_committed_study_is_complete_and_every_record_carries_its_identity()
     assert all(found == set(study.SEEDS) for found in seeds.values())   # every seed, everywhere
     assert len(study.SEEDS) >= 20 and len(records) == len(seeds) * len(study.SEEDS)
     assert all(len(r["sha256"]) == 64 and len(r["history"]) == study.STEPS for r in records)
-    assert study.RECORDS.stat().st_size < 20e6                     # megabytes, not gigabytes
+    assert study.PILOT.stat().st_size < 20e6                     # megabytes, not gigabytes
 
 
 def test_every_study_agent_loads_under_its_checksum_and_the_agents_differ():

@@ -191,6 +191,9 @@ def report(shell_env=None):
             reproduces, cause = matches and shell_matches, shell_found if not shell_matches else in_force
 
     if not reproduces:
+        if not matches:
+            part, reaches = fp.first_difference()
+            lines.append(f"where     the bits first part in the {part}: {reaches}")
         if not packages_pinned:
             lines.append("why       the installed packages are not pyproject.toml's pins: make setup")
         if cause:

@@ -7,8 +7,10 @@ draws), the training forward of `token_logprobs` on the policy's tokens, its bac
 step. The SHA-256 of every byte that computation produces is the fingerprint. Any library that
 rounds one product differently, listed or not, changes it.
 
-`EXPECTED` is the fingerprint of the pinned arithmetic, recorded when the stored outputs were
-computed (`python -m tinyagent.fingerprint` prints this process's). Training, evaluation, SFT and
+The computation is hashed by parts (sampling, forward, backward, optimizer step), recorded in
+`EXPECTED_PARTS` when the stored outputs were computed (`python -m tinyagent.fingerprint --parts`
+prints this process's), so that a mismatch names the first part whose bits differ and the kernels
+in it; `EXPECTED`, one hash over the parts, is what the run cache keys by. Training, evaluation, SFT and
 every run worker call `check_arithmetic()` before they compute: a mismatch warns once per process,
 naming the settings that differ from the pins, and the run cache keys every run by the fingerprint
 its worker computed under, so a run computed under another arithmetic is never served as ours.
@@ -24,43 +26,75 @@ from .gym import TRAIN_TASKS
 from .policy import Policy
 from .sampler import rollout, token_logprobs
 
-EXPECTED = "3b0c3b77321323d1c8ef7407df9db1a4f8b1a0970ad5925f2ad26535024c0642"   # recorded under the pins; see the module docstring
+# What each part of the computation reaches, so that a mismatch names where the bits part.
+PARTS = {
+    "sampling": "prefill and one-token decoding (matmul.c, layer norm, softmax, erf), float64 "
+                "log-softmax, exp, cumsum, searchsorted and uniform draws",
+    "forward": "the training forward of token_logprobs (matmul.c, layer norm, softmax, erf, "
+               "log-softmax)",
+    "backward": "every parameter's gradient (matmul.c's products of gradients, the backward of "
+                "layer norm, softmax, log-softmax, erf and exp, the embeddings' sums)",
+    "optimizer": "one Adam step (ATen's foreach arithmetic: lerp, sqrt, division)",
+}
+# Recorded under the pins (`python -m tinyagent.fingerprint` prints this process's parts).
+EXPECTED_PARTS = {
+    "sampling": "e6783fdae00bc2bb49360ff1c3adadee29df28fe0e5b82ef8647524a374973ae",
+    "forward": "c47cfd8c5b02b44b171f69cd71be8fe616f87ed4c44e379adc3532b5ce42875b",
+    "backward": "3725ba0f7e5636fb23f361e8b4180cdad9744f3d4076f5861f3bd2fbc437a845",
+    "optimizer": "ec6f1e69c681ad57fbdbcd9c1ecfb32f9760d0a9874c67f9f41d2d31ee1ab302",
+}
 # Variables that change what a library computes without being one of our pins: named in the
-# mismatch message when they are set.
+# mismatch message when they are set. (Thread counts are not among them: the fingerprint and
+# every run set their own.)
 OVERRIDES = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
-             "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+             "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE")
 
-_fingerprint = None
+_parts = None
+
+
+def _combine(parts):
+    return hashlib.sha256("".join(parts[name] for name in PARTS).encode()).hexdigest()
+
+
+EXPECTED = _combine(EXPECTED_PARTS)
+
+
+def parts():
+    """SHA-256 (hex) of each part of one sampled batch, its log-probabilities, their gradient and
+    one Adam step, computed on one torch thread from a policy drawn from seed 0. Once per process
+    (well under a second)."""
+    global _parts
+    if _parts is None:
+        with torch_threads(1), torch.enable_grad():      # callers may sit under no_grad
+            _parts = _compute()
+    return _parts
 
 
 def fingerprint():
-    """SHA-256 (hex) of the bytes of one sampled batch, its log-probabilities, their gradient and
-    one Adam step, computed on one torch thread from a policy drawn from seed 0. Once per process
-    (well under a second)."""
-    global _fingerprint
-    if _fingerprint is None:
-        with torch_threads(1), torch.enable_grad():      # callers may sit under no_grad
-            _fingerprint = _compute()
-    return _fingerprint
+    """The arithmetic fingerprint: one SHA-256 over the parts' hashes."""
+    return _combine(parts())
 
 
 def _compute():
-    h = hashlib.sha256()
+    digests = {name: hashlib.sha256() for name in PARTS}
+
+    def add(part, *tensors):
+        for tensor in tensors:
+            digests[part].update(tensor.detach().contiguous().numpy().tobytes())
+
     policy = Policy(seed=0)
     tasks = [task for task in TRAIN_TASKS[:2] for _ in range(4)]        # 2 groups of 4
     batch = rollout(policy, tasks, torch.Generator().manual_seed(0))
+    add("sampling", batch.tokens, batch.logp)
     logp, log_dist = token_logprobs(policy, batch.tokens, mask=batch.policy_mask)
+    add("forward", logp, log_dist)
     loss = -(logp.sum() / batch.policy_mask.sum()) + log_dist.exp().mul(log_dist).sum(-1).mean()
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
     loss.backward()
-    for tensor in (batch.tokens, batch.logp, logp.detach(), log_dist.detach()):
-        h.update(tensor.contiguous().numpy().tobytes())
-    for p in policy.parameters():
-        h.update(p.grad.numpy().tobytes())
+    add("backward", *(p.grad for p in policy.parameters()))
     optimizer.step()
-    for p in policy.parameters():
-        h.update(p.detach().numpy().tobytes())
-    return h.hexdigest()
+    add("optimizer", *policy.parameters())
+    return {name: digest.hexdigest() for name, digest in digests.items()}
 
 
 def matches():
@@ -68,17 +102,29 @@ def matches():
     return fingerprint() == EXPECTED
 
 
+def first_difference():
+    """(part, what it computes) of the first part whose bits differ from the stored ones, or None.
+    A part computed from a differing one differs too, so only the first says where."""
+    ours = parts()
+    for name, reaches in PARTS.items():
+        if ours[name] != EXPECTED_PARTS[name]:
+            return name, reaches
+    return None
+
+
 def mismatch_message():
-    """What differs and what to set, in a few lines."""
+    """What differs, where, and what to set, in a few lines."""
     pins = " ".join(f"{name}={value}" for name, value in PINS.items())
     set_here = {name: os.environ[name] for name in OVERRIDES if name in os.environ
                 and os.environ[name] != PINS.get(name)}
     named = (", ".join(f"{name}={value}" for name, value in set_here.items())
              or "none of the known variables differs from the pins (another CPU architecture, "
                 "another torch build, or a library nobody listed)")
+    part, reaches = first_difference()
     return (f"this process's arithmetic fingerprint {fingerprint()[:12]} is not the pinned one "
             f"{EXPECTED[:12]}: its runs will differ in the digits from the stored outputs "
-            f"(compare by the claims tables). Settings that differ from the pins: {named}. "
+            f"(compare by the claims tables). The bits first part in the {part} ({reaches}). "
+            f"Settings that differ from the pins: {named}. "
             f"To match, start the process with {pins} and nothing else overriding them "
             f"(`make doctor` says what is in force).")
 
@@ -99,4 +145,9 @@ def check_arithmetic():
 
 
 if __name__ == "__main__":
-    print(fingerprint())
+    import json
+    import sys
+    if sys.argv[1:] == ["--parts"]:
+        print(json.dumps(parts(), indent=1))
+    else:
+        print(fingerprint())

@@ -11,7 +11,8 @@ The base agents are the shipped RL base agent and two more built the same way fr
 describes with bands fixed before they were built (`REGIME`). Every run is the run cache's
 (runs.py), so `make study` can be stopped and resumed, and the notebooks' live runs (the shipped
 agent, seeds 0-4) are a slice of it: each record carries the SHA-256 of the run's final parameters,
-the code hash and the arithmetic fingerprint, and 10.7 recomputes its 45 live runs and compares.
+the code hash and the arithmetic fingerprint. The first 540 runs, made before the policy's products
+became vendor-independent, are the pilot (`PILOT`, `load_pilot`): data, never recomputed.
 """
 import argparse
 import gzip
@@ -29,7 +30,11 @@ from .runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_
 AGENTS = (SHIPPED_AGENT, "agent_1", "agent_2")     # agent_k: demonstrations and SFT at seed k
 SEEDS = tuple(range(20))
 SETTINGS = tuple(COMPARISON)
-RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"
+RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` computes now
+# The pilot: the first 540 runs (3 agents x 9 settings x seeds 0-19), computed by earlier code under
+# an earlier arithmetic (MKL's matrix products, on an Intel Xeon) from the earlier RL base agent.
+# Data, labelled by each record's code hash and fingerprint: read, never recomputed.
+PILOT = PACKAGE / "data" / "pilot_runs.jsonl.gz"
 AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each agent's regime check
 # Fixed before the two new agents were built: the chapter's base agent reads in 0.21-0.24 of
 # episodes with entropy about 0.55 nats; ours must land near it for the study to test the
@@ -90,6 +95,27 @@ def load_records(path=RECORDS, check=True):
                              f" (this code: {CODE_VERSION[:12]}, arithmetic {EXPECTED[:12]}); "
                              f"run `make study` to recompute them")
     return records
+
+
+def load_pilot(path=PILOT):
+    """The pilot's records, read as data: each carries the code and arithmetic that made it, and
+    none is what this code computes (so none is checked against it)."""
+    records = load_records(path, check=False)
+    unlabelled = [i for i, r in enumerate(records) if not (r.get("code") and r.get("arithmetic"))]
+    if unlabelled:
+        raise StaleStudy(f"{path}: records {unlabelled[:5]} do not say which code and arithmetic "
+                         f"made them")
+    return records
+
+
+def provenance(records):
+    """How many records each (code, arithmetic) pair made, one line each."""
+    counts = {}
+    for r in records:
+        key = (r["code"][:12], r["arithmetic"][:12])
+        counts[key] = counts.get(key, 0) + 1
+    return "\n".join(f"{n} runs: code {code}, arithmetic {arith}"
+                     for (code, arith), n in sorted(counts.items()))
 
 
 def by_agent(records, settings=SETTINGS):
