@@ -35,6 +35,8 @@ export MKL_CBWR := COMPATIBLE,STRICT
 export ONEDNN_MAX_CPU_ISA := AVX2
 # No progress bars in executed notebooks: their stored outputs must not depend on timing.
 export TINYAGENT_PROGRESS ?= 0
+# make test STRICT=1: compare every stored output, whatever the platform
+export STRICT
 EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 	--ExecutePreprocessor.timeout=1800 \
 	--ExecutePreprocessor.store_widget_state=False \
@@ -78,9 +80,21 @@ figures: $(STAMP)
 
 # The whole contract (what CI runs): the unit tests and every notebook's stored outputs.
 # It says first when the runs here will differ from the stored numbers (silent when they match).
+# Where the stored outputs promise no bits (tinyagent/contract.py: not x86-64 Linux with AVX2, or
+# another torch) it says so in one line and compares what does not depend on the arithmetic;
+# STRICT=1 compares everything anywhere.
+EXACT_NOTEBOOKS := $(filter notebooks/10.1% notebooks/10.2% notebooks/10.3% notebooks/10.4% notebooks/10.5%,$(NOTEBOOKS))
+TRAINED_NOTEBOOKS := $(filter-out $(EXACT_NOTEBOOKS),$(NOTEBOOKS))
 test: $(STAMP)
 	-@$(BIN)/python -m tinyagent.doctor --quiet-if-ok
-	$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks
+	@if [ -n "$$STRICT" ] || $(BIN)/python -m tinyagent.contract; then \
+	  echo "$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks"; \
+	  $(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks; \
+	else \
+	  $(BIN)/pytest -n 2 --dist loadfile tests $(EXACT_NOTEBOOKS) --nbval --nbval-current-env && \
+	  $(BIN)/pytest -n 2 --dist loadfile $(TRAINED_NOTEBOOKS) --nbval-lax --nbval-current-env && \
+	  $(BIN)/python -m tinyagent.contract --summary $(NOTEBOOKS); \
+	fi
 
 # The unit tests alone, for the edit-test loop (under 2 minutes); `make test` is the contract.
 unit: $(STAMP)

@@ -21,6 +21,8 @@ import pytest
 from tinyagent.arithmetic import PINS, pinned_environment
 from tinyagent.fingerprint import EXPECTED, fingerprint
 
+pytestmark = pytest.mark.recorded_bits
+
 # Three steps of a setting whose runs the CPU changed (entropy bonus and a KL loss), and a short
 # SFT: every parameter's bytes, hashed, and the process's arithmetic fingerprint.
 TRAIN = """

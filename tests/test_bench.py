@@ -13,7 +13,13 @@ def test_help_prints_usage_without_running_the_benchmark(capsys):
         main(["--steps", "3"])
 
 
+def test_an_unknown_baseline_is_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--against", "no-such-revision"])
+    assert done.value.code == 2 and "not a commit" in capsys.readouterr().err
+
+
 def test_the_profile_times_sampling_and_updating():
     phases, shares = step_profile(steps=1)
-    assert set(phases) == set(PHASES) and all(seconds > 0 for seconds in phases.values())
-    assert shares["matrix multiplies"] > 0
+    assert set(phases) == {*PHASES, "matmul GFLOP"} and all(value > 0 for value in phases.values())
+    assert shares["matrix multiplies"] > 0 and phases["matmul GFLOP"] > 0

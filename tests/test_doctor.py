@@ -28,6 +28,7 @@ def run_doctor(*args, **settings):
     return done.stdout, time.perf_counter() - start
 
 
+@pytest.mark.recorded_bits
 def test_doctor_says_bit_for_bit_under_the_pins_in_a_few_seconds():
     out, seconds = run_doctor()
     lines = out.splitlines()
@@ -45,6 +46,7 @@ def test_doctor_names_the_override_a_notebook_would_inherit():
     assert "where     the bits first part in the sampling" in out
 
 
+@pytest.mark.recorded_bits
 def test_a_library_no_run_reaches_changes_nothing():
     """oneDNN at another ISA: no run computes with it, so the runs still reproduce."""
     out, _ = run_doctor(ONEDNN_MAX_CPU_ISA="SSE41")
@@ -61,6 +63,7 @@ def test_doctor_sees_the_shell_behind_makes_exports():
     assert out.splitlines()[-1] == f"verdict   {doctor.DIFFER}"
 
 
+@pytest.mark.recorded_bits
 def test_quiet_if_ok_is_silent_when_the_runs_reproduce(capsys, monkeypatch):
     for name, value in PINS.items():
         monkeypatch.setenv(name, value)

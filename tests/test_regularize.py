@@ -135,6 +135,7 @@ def test_entropy_bonus_after_observations_only_moves_the_policy_differently():
 
 
 @pytest.mark.parametrize("name", ["default", "k3_0.3_entropy", "reward_placement"])
+@pytest.mark.recorded_bits
 def test_three_steps_reproduce_the_recorded_runs_bit_for_bit(name):
     """Recorded under the pinned arithmetic (tests/data/record_three_step_reference.py): any
     x86-64 machine gives the same bits, so a difference means the arithmetic is not pinned or

@@ -1,27 +1,44 @@
 """`make bench`: how fast TinyAgent trains on this machine (a benchmark, not a test).
 
+    python -m tinyagent.bench                   # this code, then 26560f8 side by side, and the ratio
+    python -m tinyagent.bench --against REV     # another revision as the baseline (git is needed)
+
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
 attempts), on the one torch thread the pinned arithmetic trains on, and two such runs side by
 side in two worker processes (how the notebooks compute their runs, one per core). Then a profile of a few one-thread steps splits a step
 into sampling and updating, and the operator time by what the operators compute: where the time
-goes. The arithmetic is the pinned one (arithmetic.py) unless the environment says otherwise.
+goes, and how far a step is from its floor (its matrix products' floating-point operations at the
+kernel's own rate on the policy's largest product). Last, the same run + evaluation of a baseline
+revision, checked out into a scratch git worktree and timed alternately with this code's in one
+sitting, so that the ratio compares like with like. The arithmetic is the pinned one
+(arithmetic.py) unless the environment says otherwise.
 """
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from torch.profiler import ProfilerActivity, profile
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
-from .arithmetic import mkl_branch
+from . import matmul
+from .arithmetic import PINS, mkl_branch
 from .fingerprint import matches
 from .evaluate import evaluate
 from .grpo import RLConfig, frozen_copy, train_rl
 from .policy import load_rl_base
 
 STEPS = 40
+BASELINE = "26560f8"     # the last code whose products ran MKL (before tinyagent/matmul.c)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed_run(seed=0, steps=STEPS):
@@ -38,10 +55,8 @@ def timed_run(seed=0, steps=STEPS):
 
 # Which aten operators (forward and backward) compute what, for the step profile.
 OPERATOR_GROUPS = {
-    "matrix multiplies": ("aten::addmm", "aten::mm", "aten::bmm"),
-    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu",
-                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
-    "GELU": ("aten::gelu", "aten::gelu_backward"),
+    "matrix multiplies": ("tinyagent::matmul",),
+    "GELU (erf)": ("aten::erf",),
     "softmax, log-softmax, exp": ("aten::_softmax", "aten::_log_softmax", "aten::exp",
                                   "aten::_log_softmax_backward_data", "aten::_softmax_backward_data"),
     "layer norm": ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
@@ -54,17 +69,69 @@ def step_profile(steps=4):
     self CPU time of the operators by group, as shares of all operator time. The profiler adds
     overhead of its own, so the numbers are approximate."""
     policy = load_rl_base()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        train_rl(policy, RLConfig(), steps=steps, progress=False)
+    flops, plain = [0], matmul._bmm
+
+    def labelled(a, b):                  # the kernel is not an aten operator: label and count it
+        flops[0] += 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+        with record_function("tinyagent::matmul"):
+            return plain(a, b)
+    matmul._bmm = labelled
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_rl(policy, RLConfig(), steps=steps, progress=False)
+    finally:
+        matmul._bmm = plain
     group_of = {name: group for group, names in OPERATOR_GROUPS.items() for name in names}
-    seconds, phases = Counter(), {}
+    seconds, phases = Counter(), {"matmul GFLOP": flops[0] / 1e9 / steps}
     for event in prof.key_averages():
         if event.key in PHASES:
             phases[event.key] = event.cpu_time_total / 1e6 / steps
-        elif event.key.startswith("aten::"):
+        elif event.key.startswith(("aten::", "tinyagent::")):
             seconds[group_of.get(event.key, "other operators")] += event.self_cpu_time_total / 1e6
     total = sum(seconds.values())
     return phases, {group: t / total for group, t in seconds.most_common()}
+
+
+def kernel_rate(shape=(768, 66, 198), repeats=50):
+    """GFLOP/s of the matrix kernel on one of the policy's products (M, K, N), one thread."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1, *shape[:2], generator=gen), torch.randn(1, *shape[1:], generator=gen)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        matmul._bmm(a, b)
+    return 2 * shape[0] * shape[1] * shape[2] * repeats / (time.perf_counter() - start) / 1e9
+
+
+TIMED_RUN = ("import json, torch; torch.set_num_threads(1); from tinyagent.bench import timed_run; "
+             "print(json.dumps(timed_run()))")
+
+
+def timed_revision(tree):
+    """timed_run() of the package in `tree` (None: this code), in a fresh pinned process."""
+    env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
+    done = subprocess.run([sys.executable, "-c", TIMED_RUN], env=env, cwd=tree or ROOT,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def against(revision, rounds=2):
+    """Seconds of one run + evaluation, this code's and `revision`'s, alternated `rounds` times;
+    each side's best."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+                       check=True, capture_output=True, text=True)
+        try:
+            times = {"this code": [], revision: []}
+            for _ in range(rounds):
+                times["this code"].append(timed_revision(None)["total"])
+                times[revision].append(timed_revision(tree)["total"])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)
+    return {name: min(seconds) for name, seconds in times.items()}
 
 
 def side_by_side(seeds=(0, 1)):
@@ -76,8 +143,15 @@ def side_by_side(seeds=(0, 1)):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("\n", " ")).parse_args(argv)
-    import torch
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[2].replace("\n", " "))
+    parser.add_argument("--against", default=BASELINE, metavar="REV",
+                        help=f"the git revision to time side by side (default {BASELINE})")
+    args = parser.parse_args(argv)
+    known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
+                            f"{args.against}^{{commit}}"], capture_output=True, text=True)
+    if known.returncode != 0:
+        parser.error(f"--against {args.against!r} is not a commit of this repository "
+                     f"(try {BASELINE}, or any hash that `git log` lists)")
     print(f"arithmetic: torch kernels {torch.backends.cpu.get_cpu_capability()}, MKL branch "
           f"{mkl_branch()}, fingerprint {'the pinned one' if matches() else 'NOT the pinned one'}; "
           f"policy in {load_rl_base().head.weight.dtype}")
@@ -89,9 +163,18 @@ def main(argv=None):
     print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
           f"{both / 2:5.1f} s a run")
     phases, shares = step_profile()
+    step = sum(phases.get(phase, 0) for phase in PHASES)
     print("a step under the profiler: " + ", ".join(
         f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES))
     print("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
+    rate = kernel_rate()
+    floor = phases["matmul GFLOP"] / rate
+    print(f"  floor: {phases['matmul GFLOP']:.2f} GFLOP of matrix products a step at the kernel's "
+          f"{rate:.0f} GFLOP/s (768x66x198) = {floor:.3f} s; the step is {step / floor:.1f}x its floor")
+    best = against(args.against)
+    ratio = best["this code"] / best[args.against]
+    print(f"one run + evaluation, best of two alternated: this code {best['this code']:.1f} s, "
+          f"{args.against} {best[args.against]:.1f} s; ratio {ratio:.2f}")
 
 
 if __name__ == "__main__":

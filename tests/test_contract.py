@@ -1,0 +1,43 @@
+"""Where the stored outputs promise bits, and the lax path elsewhere (tinyagent/contract.py),
+shown by imitating another platform."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tinyagent import contract
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_this_machine_is_promised_and_an_imitated_arm_machine_is_not(monkeypatch):
+    assert contract.promised() == (True, None)            # CI's machines are x86-64 Linux, AVX2
+    monkeypatch.setenv(contract.IMITATE, "arm64")
+    ok, why = contract.promised()
+    assert not ok and "arm64 is not x86-64 Linux" in why
+
+
+def run(*args, **env):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_on_another_platform_the_recorded_bits_tests_skip_saying_why():
+    done = run("-m", "pytest", "-q", "-rs", "tests/test_regularize.py", "-k", "bit_for_bit",
+               **{contract.IMITATE: "arm64", "STRICT": ""})
+    assert done.returncode == 0, done.stdout
+    assert "3 skipped" in done.stdout and "skipped: another arithmetic" in done.stdout
+    strict = run("-m", "pytest", "-q", "tests/test_regularize.py", "-k", "bit_for_bit",
+                 **{contract.IMITATE: "arm64", "STRICT": "1"})
+    assert "3 passed" in strict.stdout                    # STRICT=1 compares them anyway
+
+
+def test_the_lax_run_says_one_line_first_and_counts_the_cells_it_compared():
+    done = run("-m", "tinyagent.contract", **{contract.IMITATE: "arm64"})
+    assert done.returncode == 1 and len(done.stdout.splitlines()) == 1
+    notebooks = sorted(str(p) for p in (ROOT / "notebooks").glob("10*.ipynb"))
+    summary = run("-m", "tinyagent.contract", "--summary", *notebooks).stdout
+    compared, skipped = (int(w) for w in summary.split()[0:4:3])
+    strict = sum(contract.compared_cells(notebooks, lax=False))
+    assert compared + skipped == strict and skipped > 0 and compared > 0
+    assert "not compared: their digits depend on the arithmetic" in summary
