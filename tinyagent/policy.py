@@ -77,12 +77,19 @@ class CausalSelfAttention(nn.Module):
             cache[0][:, :, pos:pos + T] = k
             cache[1][:, :, pos:pos + T] = v
             k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]  # (B, nh, pos+T, hs)
-        att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, L)
-        if T > 1:                                                    # a prefix: causal mask
-            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        y = matmul(F.softmax(att, dim=-1), v)                         # (B, nh, T, hs)
+        y = self.attend(q, k, v, causal=T > 1)                        # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
         return self.proj(y)
+
+    @staticmethod
+    def attend(q, k, v, causal):
+        """softmax(q kᵀ / √hs) v for q (B, nh, T, hs) and k, v (B, nh, L, hs); `causal` masks the
+        future of a prefix (T = L)."""
+        att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, L)
+        if causal:
+            T = q.shape[2]
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return matmul(F.softmax(att, dim=-1), v)                      # (B, nh, T, hs)
 
 
 class MLP(nn.Module):

@@ -1,0 +1,48 @@
+"""Vendor independence, checked against the hashes measured on other CPUs (tests/data/arith/):
+every kernel a run reaches must compute here, on fixed inputs at a run's shapes, the bits it
+computed there. On an AMD machine this compares with the Intel files and on an Intel machine with
+the AMD ones, so the next machine of either vendor carries the other's numbers. Record a new CPU's
+file with `python -m tinyagent.probe > tests/data/arith/VENDOR-MODEL.json`."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tinyagent.arithmetic import torch_threads
+from tinyagent.probe import LIBRARY_FAMILIES, differences, machine, probe
+
+pytestmark = pytest.mark.recorded_bits
+FILES = sorted(p for p in (Path(__file__).parent / "data" / "arith").glob("*.json")
+               if "fingerprint-parts" not in p.name)
+OWN_FAMILIES = ("matmul_fwd", "matmul_bwd_input", "matmul_bwd_weight", "matmul_bwd_bias",
+                "gelu_erf_fwd", "gelu_erf_bwd", "attention_causal_fwd", "attention_causal_bwd",
+                "attention_decode")
+
+
+@pytest.fixture(scope="module")
+def here():
+    with torch_threads(1):
+        return probe()
+
+
+def test_every_family_a_run_reaches_is_probed(here):
+    families = {key.split(" ")[0] for key in here}
+    assert families == set(OWN_FAMILIES) | set(LIBRARY_FAMILIES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_this_machine_computes_what_the_other_cpus_computed(here, path):
+    theirs = json.loads(path.read_text())
+    differ = differences(here, theirs["ops"])
+    assert not differ, (f"kernels that round differently here ({machine()['cpu']}) and on "
+                        f"{theirs['meta']['cpu']} ({theirs['meta']['vendor']}): {differ}")
+    assert len(set(here) & set(theirs["ops"])) >= 59     # at least the library kernels a run reaches
+
+
+def test_the_files_cover_more_than_this_machines_vendor_or_say_what_is_missing():
+    vendors = {json.loads(p.read_text())["meta"]["vendor"] for p in FILES}
+    mine = machine()["vendor"]
+    if vendors <= {mine}:
+        pytest.skip(f"every file in tests/data/arith/ is from {mine}: record this machine's with "
+                    f"`python -m tinyagent.probe` on a CPU of the other vendor")
+    assert vendors - {mine}
