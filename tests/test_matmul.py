@@ -74,6 +74,11 @@ def test_bad_operands_are_refused(bad):
         matmul(a, b)
 
 
+def test_another_precision_gets_torchs_product():
+    a, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    assert torch.equal(matmul(a, b), a @ b)
+
+
 def reference_logits(policy, idx):
     """The same transformer written with torch's own float64 kernels (F.linear, F.gelu,
     scaled_dot_product_attention): what the policy must compute, to float32 precision."""

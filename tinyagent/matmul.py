@@ -56,11 +56,14 @@ class _MatMul(torch.autograd.Function):
 
 
 def matmul(a, b):
-    """a (..., M, K) @ b (..., K, N) in float32, the leading dimensions equal; b may also be a
-    single (K, N) matrix shared by every row of a."""
-    if a.dtype != torch.float32 or b.dtype != torch.float32:
-        raise TypeError(f"matmul computes float32 only (the policy's precision), got {a.dtype} "
-                        f"@ {b.dtype}")
+    """a (..., M, K) @ b (..., K, N), the leading dimensions equal; b may also be a single (K, N)
+    matrix shared by every row of a. Float32 (the policy's precision) goes through the kernel; a
+    copy of the policy in another precision (float64, bfloat16: to compare samplers) gets torch's
+    own product, whose bits are the library's."""
+    if a.dtype != b.dtype:
+        raise TypeError(f"matmul: operands of one dtype, got {a.dtype} @ {b.dtype}")
+    if a.dtype != torch.float32:
+        return torch.matmul(a, b)
     if a.shape[-1] != b.shape[-2] or (b.dim() > 2 and a.shape[:-2] != b.shape[:-2]):
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
                          f"multiply: (..., M, K) @ (K, N) or (..., K, N) with equal leading dims")
