@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinyagent.matmul import linear, matmul
+from tinyagent.matmul import linear, matmul, use_path
 from tinyagent.policy import Policy
 
 GEN = torch.Generator().manual_seed(0)
@@ -38,6 +38,20 @@ def test_bits_do_not_depend_on_blocking(m, k, n):
     assert all(torch.equal(matmul(a[i:i + 1], b)[0], whole[i]) for i in range(m))
     assert all(torch.equal(matmul(a, b[:, j:j + 1].contiguous())[:, 0], whole[:, j])
                for j in range(n))
+
+
+@pytest.mark.parametrize("path", ["scalar", "avx2"])
+def test_every_path_gives_the_same_bits(path):
+    """The scalar definition and 8-wide vectors: one result (where the build has the path;
+    elsewhere the kernel says which one it took)."""
+    a = torch.randn(2, 3, 41, 66, generator=GEN).transpose(2, 3)        # strided A
+    b = torch.randn(2, 3, 41, 70, generator=GEN)
+    fastest = matmul(a, b)
+    try:
+        taken = use_path(path)
+        assert torch.equal(matmul(a, b), fastest), taken
+    finally:
+        use_path("fastest")
 
 
 def test_batched_and_transposed_operands():

@@ -72,7 +72,7 @@ def step_profile(steps=4):
     flops, plain = [0], matmul._bmm
 
     def labelled(a, b):                  # the kernel is not an aten operator: label and count it
-        flops[0] += 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+        flops[0] += 2 * a.numel() * b.shape[-1]            # 2 M K N per product
         with record_function("tinyagent::matmul"):
             return plain(a, b)
     matmul._bmm = labelled

@@ -1,85 +1,102 @@
 /* The policy's matrix products, with an order of summation this file fixes.
 
-   C[b] = A[b] @ B[b] for row-major float32 (M, K) @ (K, N). Every element is summed over k in
-   order, c = fmaf(a[i][k], b[k][j], c) for k = 0 .. K-1 from c = 0, whatever the shapes, the
-   blocking or the CPU: the AVX2 path and the scalar remainder round alike (a fused multiply-add
-   is rounded once, exactly as IEEE 754 says), so the bits depend on the operands alone. BLAS
-   libraries choose their blocking and kernels by the CPU they find; this code chooses nothing.
+   C = A @ B for float32 (M, K) @ (K, N), batched over two leading dimensions. Every element is
+   summed over k in order, c = fmaf(a[i][k], b[k][j], c) for k = 0 .. K-1 from c = 0, whatever the
+   shapes, the blocking, the vector width or the CPU: the AVX2 and the scalar path round
+   alike (a fused multiply-add is rounded once, exactly as IEEE 754 says), so the bits depend on
+   the operands alone. BLAS libraries choose their blocking and kernels by the CPU they find; this
+   code chooses only how fast it goes. A is read through any strides (its elements are broadcast
+   one at a time), B through a row stride (its rows are loaded as vectors), C is contiguous.
    Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/matmul.py. */
 #include <math.h>
 #include <stddef.h>
-#if defined(__AVX2__) && defined(__FMA__)
+
+typedef struct {
+    int M, N, K;
+    const float *A; ptrdiff_t sam, sak;    /* A[i][k] = A[i * sam + k * sak] */
+    const float *B; ptrdiff_t sbk;         /* B[k][j] = B[k * sbk + j] */
+    float *C;                              /* C[i][j] = C[i * N + j] */
+} product;
+
+#define A_(p, i, k) ((p)->A[(ptrdiff_t)(i) * (p)->sam + (ptrdiff_t)(k) * (p)->sak])
+#define B_(p, k, j) ((p)->B + (ptrdiff_t)(k) * (p)->sbk + (j))
+
+/* One element from column j on, the definition itself. */
+static void scalar_columns(const product *p, int i, int j)
+{
+    for (; j < p->N; j++) {
+        float c = 0.0f;
+        for (int k = 0; k < p->K; k++) c = fmaf(A_(p, i, k), *B_(p, k, j), c);
+        p->C[(size_t)i * p->N + j] = c;
+    }
+}
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#endif
 #define ROWS 6
 
-static void gemm1(int M, int N, int K, const float *A, const float *B, float *C)
+/* Rows i .. i+rows-1 (rows <= ROWS), columns j .. j+8*vecs-1, with 8-wide vectors. */
+static inline void avx2_block(const product *p, int i, int rows, int j, int vecs)
 {
-    int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    for (; i + ROWS <= M; i += ROWS) {
-        int j = 0;
-        for (; j + 16 <= N; j += 16) {
-            __m256 c[ROWS][2];
-            for (int r = 0; r < ROWS; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
-            for (int k = 0; k < K; k++) {
-                __m256 b0 = _mm256_loadu_ps(B + (size_t)k * N + j);
-                __m256 b1 = _mm256_loadu_ps(B + (size_t)k * N + j + 8);
-                for (int r = 0; r < ROWS; r++) {
-                    __m256 a = _mm256_broadcast_ss(A + (size_t)(i + r) * K + k);
-                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-                }
-            }
-            for (int r = 0; r < ROWS; r++) {
-                _mm256_storeu_ps(C + (size_t)(i + r) * N + j, c[r][0]);
-                _mm256_storeu_ps(C + (size_t)(i + r) * N + j + 8, c[r][1]);
-            }
-        }
-        for (; j + 8 <= N; j += 8) {
-            __m256 c[ROWS];
-            for (int r = 0; r < ROWS; r++) c[r] = _mm256_setzero_ps();
-            for (int k = 0; k < K; k++) {
-                __m256 b0 = _mm256_loadu_ps(B + (size_t)k * N + j);
-                for (int r = 0; r < ROWS; r++)
-                    c[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (size_t)(i + r) * K + k), b0, c[r]);
-            }
-            for (int r = 0; r < ROWS; r++) _mm256_storeu_ps(C + (size_t)(i + r) * N + j, c[r]);
-        }
-        for (; j < N; j++)
-            for (int r = 0; r < ROWS; r++) {
-                float c = 0.0f;
-                for (int k = 0; k < K; k++) c = fmaf(A[(size_t)(i + r) * K + k], B[(size_t)k * N + j], c);
-                C[(size_t)(i + r) * N + j] = c;
-            }
-    }
-    for (; i < M; i++) {
-        int j = 0;
-        for (; j + 8 <= N; j += 8) {
-            __m256 c = _mm256_setzero_ps();
-            for (int k = 0; k < K; k++)
-                c = _mm256_fmadd_ps(_mm256_broadcast_ss(A + (size_t)i * K + k),
-                                    _mm256_loadu_ps(B + (size_t)k * N + j), c);
-            _mm256_storeu_ps(C + (size_t)i * N + j, c);
-        }
-        for (; j < N; j++) {
-            float c = 0.0f;
-            for (int k = 0; k < K; k++) c = fmaf(A[(size_t)i * K + k], B[(size_t)k * N + j], c);
-            C[(size_t)i * N + j] = c;
+    __m256 c[ROWS][2];
+    for (int r = 0; r < rows; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
+    for (int k = 0; k < p->K; k++) {
+        __m256 b0 = _mm256_loadu_ps(B_(p, k, j));
+        __m256 b1 = vecs > 1 ? _mm256_loadu_ps(B_(p, k, j + 8)) : b0;
+        for (int r = 0; r < rows; r++) {
+            __m256 a = _mm256_set1_ps(A_(p, i + r, k));
+            c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
+            if (vecs > 1) c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
         }
     }
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < vecs; v++)
+            _mm256_storeu_ps(p->C + (size_t)(i + r) * p->N + j + 8 * v, c[r][v]);
+}
+
+static void avx2_product(const product *p)
+{
+    for (int i = 0; i < p->M; i += ROWS) {
+        int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0;
+        for (; j + 16 <= p->N; j += 16) avx2_block(p, i, rows, j, 2);
+        for (; j + 8 <= p->N; j += 8) avx2_block(p, i, rows, j, 1);
+        for (int r = 0; r < rows; r++) scalar_columns(p, i + r, j);
+    }
+}
+
+#endif
+
+static void scalar_product(const product *p)
+{
+    for (int i = 0; i < p->M; i++) scalar_columns(p, i, 0);
+}
+
+/* Which path computes: 0 the fastest built, 1 scalar, 2 AVX2 (for the tests, which show that
+   both give the same bits). Returns the path in force. */
+static int forced = 0;
+
+int tiny_matmul_path(int path)
+{
+    forced = path;
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+    return forced == 1 ? 1 : 2;
 #else
-    for (; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float c = 0.0f;
-            for (int k = 0; k < K; k++) c = fmaf(A[(size_t)i * K + k], B[(size_t)k * N + j], c);
-            C[(size_t)i * N + j] = c;
-        }
+    return 1;
 #endif
 }
 
-void tiny_bmm(int batch, int M, int N, int K, const float *A, const float *B, float *C)
+void tiny_bmm(int nb1, int nb2, int M, int N, int K,
+              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
+              const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, float *C)
 {
-    for (int b = 0; b < batch; b++)
-        gemm1(M, N, K, A + (size_t)b * M * K, B + (size_t)b * K * N, C + (size_t)b * M * N);
+    int path = tiny_matmul_path(forced);
+    for (int b1 = 0; b1 < nb1; b1++)
+        for (int b2 = 0; b2 < nb2; b2++) {
+            product p = {M, N, K, A + b1 * sa1 + b2 * sa2, sam, sak, B + b1 * sb1 + b2 * sb2, sbk,
+                         C + ((size_t)b1 * nb2 + b2) * M * N};
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+            if (path == 2) { avx2_product(&p); continue; }
+#endif
+            scalar_product(&p);
+        }
 }

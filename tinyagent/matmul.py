@@ -18,29 +18,52 @@ def _load_kernel():
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_matmul{suffix}"
         if path.exists():
-            kernel = ctypes.CDLL(str(path)).tiny_bmm
-            kernel.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 3
-            kernel.restype = None
-            return kernel
+            lib = ctypes.CDLL(str(path))
+            lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
+                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 3 + [ctypes.c_void_p])
+            lib.tiny_bmm.restype = None
+            lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
+            return lib
     raise ImportError(f"tinyagent's matrix kernel is not built (no _matmul*.so in {here}): "
                       f"install the package with `pip install -e .` (what `make setup` runs), "
                       f"which compiles tinyagent/matmul.c with the machine's C compiler")
 
 
-_kernel = _load_kernel()
+_lib = _load_kernel()
+PATHS = {"fastest": 0, "scalar": 1, "avx2": 2}
+
+
+def use_path(name):
+    """Make the kernel compute on one path ("scalar", "avx2", or "fastest", the default) and
+    return the one in force: both give the same bits, which the tests show this way."""
+    in_force = _lib.tiny_matmul_path(PATHS[name])
+    return next(n for n, code in PATHS.items() if code == in_force)
+
+
+def _batch(t):
+    """(t viewed as 4-D (n1, n2, rows, cols), its strides): no copy for any strides."""
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t, t.stride()
 
 
 def _bmm(a, b):
-    """(n, M, K) @ (n, K, N) -> (n, M, N) through the C kernel, float32, no autograd."""
-    a, b = a.contiguous(), b.contiguous()
-    n, M, K = a.shape
-    out = torch.empty((n, M, b.shape[2]), dtype=torch.float32)
-    _kernel(n, M, b.shape[2], K, a.data_ptr(), b.data_ptr(), out.data_ptr())
+    """a (n1, n2, M, K) @ b (n1, n2, K, N) -> contiguous (n1, n2, M, N) through the C kernel,
+    float32, no autograd (fewer leading dimensions are taken as size 1). a is read through its
+    strides, so a transposed view costs no copy; b needs unit column stride."""
+    if b.stride(-1) != 1:
+        b = b.contiguous()
+    a, (sa1, sa2, sam, sak) = _batch(a)
+    b, (sb1, sb2, sbk, _) = _batch(b)
+    (n1, n2, M, K), N = a.shape, b.shape[3]
+    out = torch.empty((n1, n2, M, N), dtype=torch.float32)
+    _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
+                  b.data_ptr(), sb1, sb2, sbk, out.data_ptr())
     return out
 
 
 class _MatMul(torch.autograd.Function):
-    """a (n, M, K) @ b (n, K, N); both gradients are products through the same kernel."""
+    """a (n1, n2, M, K) @ b (n1, n2, K, N); both gradients are products through the same kernel."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -50,8 +73,8 @@ class _MatMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        grad_a = _bmm(grad, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
-        grad_b = _bmm(a.transpose(1, 2), grad) if ctx.needs_input_grad[1] else None
+        grad_a = _bmm(grad, b.transpose(2, 3)) if ctx.needs_input_grad[0] else None
+        grad_b = _bmm(a.transpose(2, 3), grad) if ctx.needs_input_grad[1] else None
         return grad_a, grad_b
 
 
@@ -67,11 +90,15 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2] or (b.dim() > 2 and a.shape[:-2] != b.shape[:-2]):
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
                          f"multiply: (..., M, K) @ (K, N) or (..., K, N) with equal leading dims")
-    if b.dim() == 2:                                   # one matrix: rows of a are independent
-        out = _MatMul.apply(a.reshape(1, -1, a.shape[-1]), b[None])
+    if b.dim() == 2:                      # one matrix for every row of a: one long product
+        rows = a.reshape(-1, a.shape[-1])     # (rows, K), a view when a's rows are evenly spaced
+        out = _MatMul.apply(rows[None, None], b[None, None])
         return out.view(*a.shape[:-1], b.shape[-1])
+    if a.dim() > 4 or b.dim() != a.dim():
+        raise ValueError(f"matmul takes at most two leading dimensions, equal in a and b, got "
+                         f"{tuple(a.shape)} @ {tuple(b.shape)}")
     lead = a.shape[:-2]
-    out = _MatMul.apply(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    out = _MatMul.apply(_batch(a)[0], _batch(b)[0])
     return out.view(*lead, a.shape[-2], b.shape[-1])
 
 
