@@ -14,17 +14,36 @@ TORCH_INDEX_URL = $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.org
 TORCH_PIN = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 VENV := .venv
 comma := ,
+empty :=
+space := $(empty) $(empty)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8, then 10_exercises
 # The notebooks that write figures/ (they call plots.save_figure): 10.3, 10.5 and 10.7.
+
+# What a user gives make is checked here, before any command runs: a value of a fixed form
+# (a path, an index, an address) against that form, and free text (PYTHON, the shell's arithmetic
+# settings) reaches the shell as one quoted word, $(call quote,TEXT), so no value adds a word or
+# a command to a recipe.
+quote = '$(subst ','\'',$(1))'
+refuse = $(error make: refusing $(1): $(2))
+has_unsafe_characters = $(shell printf '%s' $(call quote,$(1)) | grep -q '[^A-Za-z0-9._/+-]' && echo yes)
+ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+$(if $(subst $(ROOT),,$(CURDIR))$(subst $(CURDIR),,$(ROOT)),$(call refuse,to run in $(CURDIR),the recipes work on the project's own files; run make in $(ROOT) (make -C DIR)))
+$(if $(strip $(VENV)),,$(call refuse,an empty VENV,it names the virtual environment's directory (default .venv)))
+$(if $(call has_unsafe_characters,$(VENV)),$(call refuse,VENV=$(VENV),a path of letters$(comma) digits and . _ / + - only))
+$(if $(strip $(NOTEBOOKS)),,$(call refuse,an empty NOTEBOOKS,it lists the notebooks to execute (default: notebooks/10*.ipynb)))
+$(foreach n,$(NOTEBOOKS),$(if $(or $(filter-out %.ipynb,$(n)),$(call has_unsafe_characters,$(n)),$(filter-out $(wildcard $(n)),$(n))),$(call refuse,NOTEBOOKS=$(NOTEBOOKS),every entry must be an existing .ipynb file$(comma) and $(n) is not (the notebooks: $(wildcard notebooks/*.ipynb)))))
+$(if $(TORCH_INDEX),$(if $(and $(filter 1,$(words $(TORCH_INDEX))),$(filter cpu http://% https://% file://%,$(TORCH_INDEX))),,$(call refuse,TORCH_INDEX=$(TORCH_INDEX),allowed: empty (pip's own configuration)$(comma) cpu$(comma) or one index URL starting with https://$(comma) http:// or file://)))
+$(if $(CLUSTER),$(if $(and $(filter 1,$(words $(CLUSTER))),$(findstring ://,$(CLUSTER))),,$(call refuse,CLUSTER=$(CLUSTER),allowed: one scheduler address such as tcp://host:8786)))
 FIGURE_NOTEBOOKS := $(shell grep -l save_figure $(NOTEBOOKS))
 # The shell's own values of the variables that can override a pin (fingerprint.OVERRIDES), taken
 # before the exports below replace some of them: `make doctor` judges what a notebook started from
 # this shell without make would inherit.
 ARITHMETIC_VARIABLES := ATEN_CPU_CAPABILITY MKL_CBWR ONEDNN_MAX_CPU_ISA DNNL_MAX_CPU_ISA \
 	MKL_ENABLE_INSTRUCTIONS ONEDNN_DEFAULT_FPMATH_MODE OMP_NUM_THREADS MKL_NUM_THREADS
-SHELL_ARITHMETIC := $(foreach v,$(ARITHMETIC_VARIABLES),$(if $(findstring $(origin $(v)),environment override command line),$(v)=$($(v))))
+# Each value is passed as it is, one quoted word, and the list cannot be set from outside.
+override SHELL_ARITHMETIC := $(foreach v,$(ARITHMETIC_VARIABLES),$(if $(findstring $(origin $(v)),environment override command line),$(call quote,$(v)=$(value $(v)))))
 # One torch thread per notebook, whatever the environment says: tests run two notebooks at once
 # on two cores, and a notebook's own computations then round as the stored outputs did.
 export OMP_NUM_THREADS := 1
@@ -48,24 +67,25 @@ setup: $(STAMP)
 
 # Says which Python it builds with, or in one line why it cannot.
 $(STAMP): pyproject.toml setup.py tinyagent/matmul.c
-	@version=$$($(PYTHON) -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
+	@py=$(call quote,$(PYTHON)); \
+	version=$$("$$py" -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
 	case "$$version" in \
-	3.11.*|3.12.*|3.13.*) echo "make setup: Python $$version ($$(command -v $(PYTHON)))";; \
-	*) if ! command -v $(PYTHON) >/dev/null 2>&1; then found="no $(PYTHON) on the PATH"; \
-	   elif [ -n "$$version" ]; then found="$(PYTHON) $$version ($$(command -v $(PYTHON)))"; \
-	   else found="$(PYTHON) ($$(command -v $(PYTHON))), which does not run"; fi; \
+	3.11.*|3.12.*|3.13.*) echo "make setup: Python $$version ($$(command -v "$$py"))";; \
+	*) if ! command -v "$$py" >/dev/null 2>&1; then found="no $$py on the PATH"; \
+	   elif [ -n "$$version" ]; then found="$$py $$version ($$(command -v "$$py"))"; \
+	   else found="$$py ($$(command -v "$$py")), which does not run"; fi; \
 	   echo "make setup: found $$found$(if $(filter python3,$(PYTHON)), and no python3.11$(comma) python3.12 or python3.13 that runs); TinyAgent needs Python 3.11, 3.12 or 3.13 (3.11 wrote the stored outputs): install one (apt install python3.12, brew install python@3.13, pyenv install 3.11, or python.org) or name it: make setup PYTHON=/path/to/python3.12" >&2; exit 1;; \
 	esac
-	$(PYTHON) -m venv $(VENV)
+	$(call quote,$(PYTHON)) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/pip install --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)')
+	$(if $(TORCH_INDEX),$(BIN)/pip install --index-url $(call quote,$(TORCH_INDEX_URL)) '$(TORCH_PIN)')
 	$(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
 
 # Whether your runs will reproduce the stored numbers: versions, platform, the pins in force and
 # the arithmetic fingerprint, in a few lines and a few seconds (python -m tinyagent.doctor).
 doctor: $(STAMP)
-	@$(BIN)/python -m tinyagent.doctor --shell-env '$(SHELL_ARITHMETIC)'
+	@$(BIN)/python -m tinyagent.doctor --shell-env $(SHELL_ARITHMETIC)
 
 # Re-execute every notebook in place (stored outputs are what `make test` compares).
 notebooks: $(STAMP)
@@ -114,7 +134,7 @@ chapter9: $(STAMP)
 # on every core (resumable: stop it and run it again), records in tinyagent/data/. On a Dask
 # cluster: make study CLUSTER=tcp://host:8786
 study: $(STAMP)
-	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.study $(if $(CLUSTER),--cluster $(CLUSTER))
+	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.study $(if $(CLUSTER),--cluster $(call quote,$(CLUSTER)))
 
 # Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
 # (SFT sets its own thread count); python -m tinyagent.pretrain --replace overwrites it.
@@ -122,11 +142,15 @@ pretrain: $(STAMP)
 	$(BIN)/python -m tinyagent.pretrain
 
 # Removes what make created and nothing else: the venv (refused unless VENV is a relative path
-# inside the project, with no `..`, that is a venv or does not exist), pytest's cache, the run
-# cache and bytecode.
-VENV_REFUSED = $(or $(filter-out 1,$(words $(VENV))),$(filter /% ~%,$(VENV)),$(filter ..,$(subst /, ,$(VENV))),$(if $(filter-out .,$(subst /, ,$(VENV))),,.))
+# inside the project, with no `..`, that is a venv or does not exist, and that neither is nor
+# passes through a symbolic link, which rm would follow to a directory elsewhere), pytest's cache,
+# the run cache and bytecode.
+VENV_REFUSED = $(or $(filter /% ~%,$(VENV)),$(filter ..,$(subst /, ,$(VENV))),$(if $(VENV_PATH),,.))
+VENV_PATH = $(subst $(space),/,$(filter-out .,$(subst /, ,$(VENV))))# ./a//b/ is a/b
+VENV_LINK = $(shell p=; for part in $(subst /, ,$(VENV_PATH)); do p=$${p:+$$p/}$$part; [ ! -L "$$p" ] || { echo "$$p"; break; }; done)
 clean:
 	$(if $(VENV_REFUSED),$(error make clean: refusing VENV=$(VENV): it must be a relative path inside the project, without '..'))
-	@[ ! -e '$(VENV)' ] || [ -f '$(VENV)/pyvenv.cfg' ] || { echo "make clean: refusing to remove $(VENV): not a virtual environment (no pyvenv.cfg)" >&2; exit 1; }
-	rm -rf -- '$(VENV)' .pytest_cache .cache
+	$(if $(VENV_LINK),$(error make clean: refusing VENV=$(VENV): $(VENV_LINK) is a symbolic link, and rm would follow it; remove the link itself with rm $(VENV_LINK)))
+	@[ ! -e '$(VENV_PATH)' ] || [ -f '$(VENV_PATH)/pyvenv.cfg' ] || { echo "make clean: refusing to remove $(VENV): not a virtual environment (no pyvenv.cfg)" >&2; exit 1; }
+	rm -rf -- '$(VENV_PATH)' .pytest_cache .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,6 +1,7 @@
 """`make doctor` (tinyagent/doctor.py) and the Makefile logic around it: the Python it picks, and
 what `make clean` refuses."""
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_a_library_no_run_reaches_changes_nothing():
 def test_doctor_sees_the_shell_behind_makes_exports():
     """make exports pins of its own; the shell's value, which a Jupyter started without make
     inherits, still decides the verdict."""
-    out, _ = run_doctor("--shell-env", "ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=4",
+    out, _ = run_doctor("--shell-env", "ATEN_CPU_CAPABILITY=default", "OMP_NUM_THREADS=4",
                         ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
     assert "shell     ATEN_CPU_CAPABILITY=default (pin: avx2) in your shell" in out
     assert "ATEN_CPU_CAPABILITY=default makes the difference" in out
@@ -97,11 +98,58 @@ def make(*args, path=None):
                           capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("venv", ["..", ".", "/tmp", "./x/../..", "", "a b"])
+@pytest.mark.parametrize("venv", ["..", ".", "/tmp", "./x/../..", "", "a b", "~/v", "x'y"])
 def test_clean_refuses_a_venv_outside_the_project(venv):
     done = make("-n", "clean", f"VENV={venv}")
     assert done.returncode != 0 and "refusing" in done.stderr
     assert "rm -rf" not in done.stdout
+
+
+@pytest.mark.parametrize("spelling", ["{link}", "{link}/", "./{link}//", "{link}/sub"])
+def test_clean_never_follows_a_symbolic_link(tmp_path, spelling):
+    """A venv that links to a shared environment: rm -rf 'link/' would empty its target."""
+    link = ROOT / f"link-{tmp_path.name}"
+    (tmp_path / "pyvenv.cfg").write_text("")
+    link.symlink_to(tmp_path)
+    try:
+        done = make("-n", "clean", "VENV=" + spelling.format(link=link.name))
+    finally:
+        link.unlink()
+    assert done.returncode != 0 and "is a symbolic link" in done.stderr
+    assert "rm -rf" not in done.stdout
+
+
+def test_make_runs_only_in_the_project(tmp_path):
+    """make -f path/Makefile from elsewhere would clean that directory's .cache."""
+    done = subprocess.run([shutil.which("make"), "-n", "-f", str(ROOT / "Makefile"), "clean"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "refusing to run in" in done.stderr
+    assert "rm -rf" not in done.stdout
+
+
+@pytest.mark.parametrize("setting", [
+    "TORCH_INDEX=https://example.invalid/simple numpy==1.0", "TORCH_INDEX=garbage",
+    "CLUSTER=tcp://h:1 --workers 0", "CLUSTER=h", "NOTEBOOKS=missing.ipynb",
+    "NOTEBOOKS=README.md", "NOTEBOOKS=", "VENV=", "VENV=a;b"])
+def test_a_make_variable_of_the_wrong_form_is_refused_before_any_command(setting):
+    done = make("-n", "-W", "pyproject.toml", "setup", "study", "notebooks", setting)
+    name, _, value = setting.partition("=")
+    assert done.returncode != 0 and "refusing" in done.stderr and name in done.stderr
+    assert value.split()[0] in done.stderr if value else "empty" in done.stderr
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["AVX2 SSE41", "AV'X2", "x'; echo INJECTED >&2; '"])
+def test_the_shells_settings_reach_the_doctor_as_they_are(value):
+    """Each value is one quoted word: spaces and quotes neither split it nor run anything."""
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": value}
+    done = subprocess.run([shutil.which("make"), "--no-print-directory", "-n", "doctor",
+                           f"SHELL_ARITHMETIC={value}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    [line] = [line for line in done.stdout.splitlines() if "tinyagent.doctor" in line]
+    words = shlex.split(line)
+    assert words[:4] == [".venv/bin/python", "-m", "tinyagent.doctor", "--shell-env"]
+    assert f"ONEDNN_MAX_CPU_ISA={value}" in words[4:] and all("=" in word for word in words[4:])
 
 
 def test_clean_removes_the_venv_and_only_what_make_made():
@@ -129,10 +177,10 @@ def test_setup_prefers_311_then_the_newest_of_312_and_313(fake_path):
     fake_path("python3.12", "3.12.9")
     fake_path("python3.13", "3.13.2")
     done = make("-n", "-W", "pyproject.toml", "setup", path=fake_path.path)
-    assert "python3.13 -m venv .venv" in done.stdout
+    assert "'python3.13' -m venv .venv" in done.stdout
     fake_path("python3.11", "3.11.7")
     done = make("-n", "-W", "pyproject.toml", "setup", path=fake_path.path)
-    assert "python3.11 -m venv .venv" in done.stdout
+    assert "'python3.11' -m venv .venv" in done.stdout
 
 
 def test_setup_says_in_one_line_what_it_found_and_what_it_needs(fake_path, tmp_path):
@@ -147,5 +195,5 @@ def test_setup_says_in_one_line_what_it_found_and_what_it_needs(fake_path, tmp_p
 
 def test_torch_index_cpu_installs_torch_from_pytorchs_cpu_index():
     done = make("-n", "-W", "pyproject.toml", "setup", "TORCH_INDEX=cpu")
-    assert "pip install --index-url https://download.pytorch.org/whl/cpu 'torch==" in done.stdout
+    assert "pip install --index-url 'https://download.pytorch.org/whl/cpu' 'torch==" in done.stdout
     assert "download.pytorch.org" not in make("-n", "-W", "pyproject.toml", "setup").stdout

@@ -211,11 +211,12 @@ def report(shell_env=None):
     return lines, reproduces
 
 
-def parse_shell_env(text):
+def parse_shell_env(items):
+    """The NAME=value words make passes, one per variable, so a value may hold spaces or quotes."""
     pairs = {}
-    for item in text.split():
+    for item in items:
         name, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not name:
             raise SystemExit(f"--shell-env: {item!r} is not NAME=value")
         pairs[name] = value
     return pairs
@@ -225,9 +226,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tinyagent.doctor", description=__doc__.split("\n")[0])
     parser.add_argument("--quiet-if-ok", action="store_true",
                         help="print nothing when the runs will reproduce the stored numbers")
-    parser.add_argument("--shell-env", metavar="'NAME=value ...'",
-                        help="the calling shell's values of the arithmetic variables (make passes "
-                             "them, since its exports replace some)")
+    parser.add_argument("--shell-env", nargs="*", metavar="NAME=value",
+                        help="the calling shell's values of the arithmetic variables, one word "
+                             "each (make passes them, since its exports replace some)")
     args = parser.parse_args(argv)
     shell_env = None if args.shell_env is None else parse_shell_env(args.shell_env)
     lines, reproduces = report(shell_env)
