@@ -90,3 +90,23 @@ def test_checks_stays_a_leaf():
     tree = ast.parse(Path(checks.__file__).read_text())
     relative = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
     assert not relative, "checks must import no package module"
+
+
+@pytest.mark.parametrize("kind", [str, Path])
+def test_every_path_expands_the_home_directory(monkeypatch, tmp_path, kind):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert checks.path("path", kind("~/x.pt")) == tmp_path / "x.pt"
+    assert checks.path("path", kind("rel/x.pt")) == Path("rel/x.pt")
+
+
+@pytest.mark.parametrize("value", ["", " ", None, 3, b"x.pt"])
+def test_an_empty_path_or_a_non_path_is_refused(value):
+    with pytest.raises((TypeError, ValueError), match="cache_dir must be a path"):
+        checks.path("cache_dir", value)
+
+
+def test_a_directory_may_be_missing_but_not_a_file(tmp_path):
+    assert checks.directory("cache_dir", tmp_path / "new") == tmp_path / "new"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="cache_dir .*file.* is a file, not a directory"):
+        checks.directory("cache_dir", tmp_path / "file")

@@ -74,5 +74,14 @@ def test_save_figure_refuses_names_that_are_not_a_stem(tmp_path, name):
 
 
 def test_save_figure_refuses_what_is_not_a_name(tmp_path):
-    with pytest.raises(TypeError, match="a figure name must be a stem or a path"):
+    with pytest.raises(TypeError, match="a figure name must be a path"):
         save_figure(None, 3, tmp_path)
+
+
+def test_save_figure_reads_its_paths_as_every_path_is_read(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    from tinyagent.plots import figure_stem
+    assert figure_stem("~/f", tmp_path / "figures") == tmp_path / "f"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match="directory .* is a file"):
+        figure_stem("f", tmp_path / "file")

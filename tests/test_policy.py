@@ -198,3 +198,31 @@ def test_write_atomically_writes_bytes_and_leaves_no_temporary_file(tmp_path):
     write_atomically(str(tmp_path / "a.bin"), b"two")
     assert (tmp_path / "a.bin").read_bytes() == b"two"
     assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]
+
+
+def test_a_checkpoint_path_is_read_alike_by_save_and_load(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    save_policy(Policy(seed=1), "~/x.pt")
+    assert (tmp_path / "x.pt").exists() and isinstance(load_policy("~/x.pt"), Policy)
+    for bad in (None, ""):
+        with pytest.raises((TypeError, ValueError), match="path must be a path"):
+            load_policy(bad)
+
+
+def test_bytes_that_are_no_checkpoint_are_called_so_without_unsafe_advice(tmp_path):
+    import hashlib
+    data = os.urandom(500)
+    (tmp_path / "x.pt").write_bytes(data)
+    (tmp_path / "x.sha256").write_text(hashlib.sha256(data).hexdigest())
+    with pytest.raises(ValueError, match="not a checkpoint save_policy wrote") as err:
+        load_policy(tmp_path / "x.pt")
+    assert "weights_only" not in str(err.value) and err.value.__cause__ is None
+
+
+def test_write_atomically_takes_a_long_name_and_refuses_a_missing_directory(tmp_path):
+    from tinyagent.files import write_atomically
+    name = "n" * 250
+    write_atomically(tmp_path / name, b"x")
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    with pytest.raises(FileNotFoundError, match="missing is not a directory"):
+        write_atomically(tmp_path / "missing" / "x.bin", b"x")

@@ -114,8 +114,8 @@ def env_positive_int(name, default=None):
 
 
 def env_path(name, default):
-    """The environment variable `name` as a directory path with `~` expanded; unset or empty
-    gives `default`. A value of only spaces is refused (it would name a directory ' ')."""
+    """The environment variable `name` as a directory path (`directory`); unset or empty gives
+    `default`. A value of only spaces is refused (it would name a directory ' ')."""
     import os
     from pathlib import Path
     raw = os.environ.get(name, "")
@@ -124,4 +124,33 @@ def env_path(name, default):
     if not raw.strip():
         raise ValueError(f"environment variable {name}={raw!r} is blank; give a path, or unset "
                          f"it for the default {default}")
-    return Path(raw).expanduser()
+    return directory(f"environment variable {name}", raw)
+
+
+# ------------------------------------------------------------------ paths
+
+def path(name, value):
+    """`value` (a str or a path) as a Path with `~` expanded: every path the package takes is
+    read this one way, so what save_policy("~/x.pt") writes load_policy("~/x.pt") finds, and no
+    literal `~` directory appears. An empty or blank path is refused: Path("") is the current
+    directory."""
+    import os
+    from pathlib import Path
+    text = value if isinstance(value, str) else os.fspath(value) if isinstance(
+        value, os.PathLike) else None
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a path (a str or a pathlib.Path), got {value!r}")
+    if not text.strip():
+        raise ValueError(f"{name} must be a path, got the empty {text!r} (write '.' for the "
+                         f"current directory)")
+    return Path(text).expanduser()
+
+
+def directory(name, value):
+    """`value` as a directory path (`path`) that is a directory or does not exist yet, so that
+    what goes into it is refused before any work rather than failing on the first write."""
+    where = path(name, value)
+    if where.exists() and not where.is_dir():
+        raise NotADirectoryError(f"{name} {str(where)!r} is a file, not a directory; name a "
+                                 f"directory, or one that does not exist yet")
+    return where

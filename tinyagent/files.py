@@ -1,15 +1,23 @@
 """Files written whole or not at all: a checkpoint, a run cache entry or the study's records is
 never left half-written by a full disk or a killed process."""
+import hashlib
 import os
-from pathlib import Path
+
+from .checks import path as path_arg
 
 
 def write_atomically(path, data):
     """Write `data` to a temporary file beside `path`, then rename it over `path`: a killed
     write leaves the old file whole. The temporary file is removed if anything fails. `data` is
-    bytes."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    bytes. The temporary name holds a prefix and a hash of the name, so a long name still fits
+    the file system's limit."""
+    path = path_arg("path", path)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: {path.parent} is not a directory")
+    tag = hashlib.sha256(path.name.encode()).hexdigest()[:8]
+    tmp = path.with_name(f".{path.name[:40]}.{tag}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

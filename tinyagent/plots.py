@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.collections import PolyCollection
 
+from .checks import directory as directory_arg, path as path_arg
+
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
 PALETTE = ("tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")
@@ -67,9 +69,7 @@ def figure_stem(name, directory=FIGURES):
     """Where `save_figure` writes: `directory` / the stem of `name`. `name` is a stem
     ("fig10_1") or a path, relative to `directory` or absolute, with or without a .png or .pdf
     suffix ("fig10_1.png", "out/fig10_1"); either way the figure goes to stem.png and stem.pdf."""
-    if not isinstance(name, (str, os.PathLike)):
-        raise TypeError(f"a figure name must be a stem or a path, got {name!r}")
-    path = Path(name)
+    path = path_arg("a figure name", name)
     if str(name).endswith(("/", os.sep)):
         raise ValueError(f"a figure name must be a stem or a file path, got the directory "
                          f"{str(name)!r}")
@@ -81,7 +81,7 @@ def figure_stem(name, directory=FIGURES):
     if path.suffix:
         raise ValueError(f"a figure name takes no suffix but {' or '.join(SUFFIXES)} (it is "
                          f"saved as both), got {str(name)!r}")
-    return Path(directory) / path
+    return directory_arg("directory", directory) / path
 
 
 def save_figure(fig, name, directory=FIGURES):

@@ -9,7 +9,6 @@ import hashlib
 import io
 import math
 import os
-import pickle
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import positive_int
+from .checks import path as path_arg, positive_int
 from .files import write_atomically
 from .matmul import linear, matmul
 from .vocab import VOCAB_SIZE
@@ -213,7 +212,7 @@ def _recorded_checksum(sums):
 def is_shipped_checkpoint(path):
     """Whether `path`, however spelled (relative, with `..` or `~`, a symlink or a hard link), is
     the shipped RL base checkpoint or its checksum file."""
-    path = Path(path).expanduser()
+    path = path_arg("path", path)
     shipped = (RL_BASE_CHECKPOINT, RL_BASE_CHECKPOINT.with_suffix(".sha256"))
     return path.resolve() in shipped or any(
         path.exists() and other.exists() and os.path.samefile(path, other) for other in shipped)
@@ -224,7 +223,7 @@ def save_policy(policy, path, replace_shipped=False):
     atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256.
     The shipped checkpoint is refused under any spelling unless `replace_shipped` is True (what
     `python -m tinyagent.pretrain --replace` passes)."""
-    path = Path(path).expanduser()
+    path = path_arg("path", path)
     sums = _checksum_path(path)
     if not replace_shipped and (is_shipped_checkpoint(path) or is_shipped_checkpoint(sums)):
         raise ValueError(f"{path} is the shipped checkpoint {RL_BASE_CHECKPOINT}; save elsewhere, "
@@ -239,7 +238,7 @@ def save_policy(policy, path, replace_shipped=False):
 def load_policy(path):
     """Load a checkpoint, refusing one whose bytes do not match its recorded checksum or
     whose configuration does not fit this code."""
-    path = Path(path)
+    path = path_arg("path", path)
     sums = _checksum_path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -256,10 +255,15 @@ def load_policy(path):
                          f"{expected[:12]}... recorded in {sums.name}; {advice}")
     try:
         blob = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:       # torch's message suggests weights_only=False, unsafe on such bytes
+        raise ValueError(f"checkpoint {path} is not a checkpoint save_policy wrote: its bytes do "
+                         f"not load as plain tensors (its checksum only says they are "
+                         f"unchanged)") from None
+    try:
         cfg = PolicyConfig(**blob["config"])
         policy = Policy(cfg)
         policy.load_state_dict(blob["state"])
-    except (TypeError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as err:
+    except (TypeError, RuntimeError, KeyError, ValueError) as err:
         raise ValueError(f"checkpoint {path} does not match this PolicyConfig: {err}") from err
     if cfg.vocab_size != VOCAB_SIZE:
         raise ValueError(f"checkpoint {path} has vocab_size {cfg.vocab_size}, the gym has {VOCAB_SIZE}")
