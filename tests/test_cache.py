@@ -136,3 +136,41 @@ def test_the_code_digest_covers_every_module_runs_imports():
     for name in ("plots", "book", "report", "pretrain", "experiments", "study", "cluster"):
         assert name not in modules
     assert code_digest("runs") != code_digest("kl")
+
+
+def test_a_result_of_none_is_stored_and_loaded_like_any_other(tmp_path):
+    compute, calls = counting(None)
+    assert cached({"n": 1}, compute, tmp_path) is None
+    assert cached({"n": 1}, compute, tmp_path) is None and len(calls) == 1
+
+
+def test_equal_configs_share_a_key():
+    from dataclasses import asdict
+
+    from tinyagent.regularize import RegularizedConfig
+    assert key(asdict(RegularizedConfig(kl_coef=-0.0))) == key(asdict(RegularizedConfig()))
+
+
+@pytest.mark.parametrize("args", [
+    lambda d: ({"n": 1}, {"v": 1}, d),                    # compute not a function
+    lambda d: ({"n": 1}, lambda: 1, None),                # no cache directory
+    lambda d: ({"n": 1}, lambda: 1, ""),                  # the empty path: the current directory
+    lambda d: ({"n": 1}, lambda: 1, d / "file"),          # a cache directory that is a file
+    lambda d: ({"n": 1}, lambda: 1, d, True),             # a check that is not a function
+    lambda d: ({"n": 1}, lambda: 1, d / "dir")])          # an entry that is a directory
+def test_what_would_fail_after_the_compute_is_refused_before_it(tmp_path, capsys, args):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir" / f"{key({'n': 1})}.pt").mkdir(parents=True)
+    config, compute, cache_dir, *check = args(tmp_path)
+    calls = []
+    run = (lambda: calls.append(1)) if callable(compute) else compute
+    with pytest.raises((TypeError, ValueError, OSError),
+                       match="compute must|cache_dir|check must|is a directory"):
+        cached(config, run, cache_dir, *check)
+    assert not calls and "recomputing" not in capsys.readouterr().out
+
+
+def test_a_check_that_raises_on_a_fresh_result_says_so(tmp_path):
+    with pytest.raises(ValueError, match="check raised KeyError"):
+        cached({"n": 1}, lambda: {"a": 1}, tmp_path, check=lambda r: r["missing"])
+    assert not list(tmp_path.glob("*.pt"))

@@ -92,6 +92,11 @@ def test_checks_stays_a_leaf():
     assert not relative, "checks must import no package module"
 
 
+def test_minus_zero_becomes_zero_so_equal_configs_key_alike():
+    value = checks.finite_nonnegative("kl_coef", -0.0)
+    assert value == 0.0 and math.copysign(1, value) == 1
+
+
 @pytest.mark.parametrize("kind", [str, Path])
 def test_every_path_expands_the_home_directory(monkeypatch, tmp_path, kind):
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .checks import directory
 from .files import write_atomically
 
 PACKAGE = Path(__file__).resolve().parent
@@ -94,9 +95,13 @@ def key(config):
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:20]
 
 
+MISSING = object()   # what `_load` returns for no usable entry: None is a result like any other
+
+
 def _load(path, check=None):
-    """A cached entry's result, or None (after saying so in one line) if the file is unreadable,
-    is not an entry `cached` wrote under this key, or its result fails `check(result)`."""
+    """A cached entry's result, or MISSING (after saying so in one line) if the file is
+    unreadable, is not an entry `cached` wrote under this key, or its result fails
+    `check(result)`."""
     try:
         entry = torch.load(path, weights_only=True)
     except Exception as err:                     # truncated, corrupt, or not plain data
@@ -115,18 +120,32 @@ def _load(path, check=None):
                 return entry["result"]
             reason = "its result has the wrong structure"
     print(f"run cache: {path.name} is unreadable ({reason}); recomputing it")
-    return None
+    return MISSING
 
 
-def _path(config, cache_dir):
-    return Path(cache_dir) / f"{key(config)}.pt"
+def _path(config, cache_dir, check):
+    """The entry of `config` in `cache_dir`, after refusing what would fail only once the result
+    is computed: a cache directory that is a file, an entry that is a directory, a check that
+    cannot be called."""
+    if check is not None and not callable(check):
+        raise TypeError(f"check must be a function of the result returning True or False, or "
+                        f"None, got {check!r}")
+    path = directory("cache_dir", cache_dir) / f"{key(config)}.pt"
+    if path.is_dir():
+        raise IsADirectoryError(f"the run cache entry {path} is a directory; remove it (an "
+                                f"entry is a file that `cached` writes)")
+    return path
+
+
+def _find(path, check):
+    return _load(path, check) if path.exists() else MISSING
 
 
 def lookup(config, cache_dir, check=None):
     """The cached result for `config`, or None if it is missing, unreadable or fails
     `check(result)` (see `_load`). Needs only read access to the cache."""
-    path = _path(config, cache_dir)
-    return _load(path, check) if path.exists() else None
+    result = _find(_path(config, cache_dir, check), check)
+    return None if result is MISSING else result
 
 
 def _identity(path):
@@ -144,19 +163,27 @@ def cached(config, compute, cache_dir, check=None):
     plain data: dicts, lists, numbers, strings, tensors (anything else is refused before it is
     written). Reading needs no write access; computing takes a per-run lock, so two processes
     asking for the same run compute it once."""
-    path = _path(config, cache_dir)
+    if not callable(compute):
+        raise TypeError(f"compute must be a function that takes no arguments and returns the "
+                        f"result, got {compute!r:.100}")
+    path = _path(config, cache_dir, check)
     seen = _identity(path)
-    if (result := lookup(config, cache_dir, check)) is not None:
+    if (result := _find(path, check)) is not MISSING:
         return result
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)         # another process computing this run: wait for it
         if _identity(path) not in (None, seen):  # it wrote the entry while we waited
-            if (result := lookup(config, cache_dir, check)) is not None:
+            if (result := _find(path, check)) is not MISSING:
                 return result
         result = compute()
         _check_plain(result, "the result", tensors=True)
-        if check is not None and not check(result):   # else it would be recomputed every time
+        try:                                     # else it would be recomputed every time
+            ok = check is None or check(result)
+        except Exception as err:
+            raise ValueError(f"check raised {err!r} on the result compute() just returned, so it "
+                             f"refuses every entry: {result!r:.200}") from err
+        if not ok:
             raise ValueError(f"compute() returned a result that its check refuses: "
                              f"{result!r:.200}")
         buffer = io.BytesIO()

@@ -30,13 +30,14 @@ def seed_int(name, value):
 def real_number(name, value, allowed, what):
     """`value` as a float if it is a real number (not a bool, a string or a tensor) that
     `allowed(value)` accepts; otherwise an error naming `name` and `what` is allowed. NaN is
-    always refused: in a config, one step would turn every parameter NaN."""
+    always refused: in a config, one step would turn every parameter NaN. -0.0 becomes 0.0: the
+    two are equal, so equal configs must key the run cache alike."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a real number {what}, got {value!r}")
     value = float(value)
     if math.isnan(value) or not allowed(value):
         raise ValueError(f"{name} must be {what}, got {value!r}")
-    return value
+    return value + 0.0
 
 
 def finite_nonnegative(name, value):
