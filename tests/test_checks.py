@@ -115,3 +115,24 @@ def test_a_directory_may_be_missing_but_not_a_file(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match="cache_dir .*file.* is a file, not a directory"):
         checks.directory("cache_dir", tmp_path / "file")
+
+
+@pytest.mark.parametrize("value", [0, 5, 1.5, True, "2", None])
+def test_int_in_takes_integers_in_its_range_only(value):
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 4\]"):
+        checks.int_in("k", value, 1, 4)
+    assert checks.int_in("k", 4, 1, 4) == 4
+
+
+def test_a_list_argument_is_read_once_and_must_hold_something():
+    assert checks.nonempty_list("tasks", (x for x in "ab")) == ("a", "b")
+    with pytest.raises(ValueError, match="tasks must hold at least one item"):
+        checks.nonempty_list("tasks", [])
+    for bad in ("ab", None, 3):
+        with pytest.raises(TypeError, match="tasks must be a list or tuple"):
+            checks.nonempty_list("tasks", bad)
+
+
+def test_instance_names_the_class_expected_and_what_came():
+    with pytest.raises(TypeError, match="cfg must be a Path, got dict"):
+        checks.instance("cfg", {"kl_coef": 0.3}, Path)

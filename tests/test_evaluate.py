@@ -17,11 +17,13 @@ def test_pass_at_k_against_brute_force(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
 
 
-def test_pass_at_k_bad_input():
-    with pytest.raises(ValueError, match="0 <= c <= n"):
-        pass_at_k(4, 5, 1)
-    with pytest.raises(ValueError, match="1 <= k <= n"):
-        pass_at_k(4, 1, 5)
+@pytest.mark.parametrize("args,message", [((4, 5, 1), r"c must be an integer in \[0, 4\]"),
+                                          ((4, 1, 5), r"k must be an integer in \[1, 4\]"),
+                                          ((True, True, True), "n must be a positive integer"),
+                                          ((5.0, 2, 1), "n must be a positive integer")])
+def test_pass_at_k_bad_input(args, message):
+    with pytest.raises(ValueError, match=message):
+        pass_at_k(*args)
 
 
 def test_evaluate_reports_and_is_zero_distance_from_itself():
@@ -50,15 +52,35 @@ def test_evaluate_scores_the_heldout_rollout_by_hand():
 
 @pytest.mark.parametrize("tasks,n,message", [(HELDOUT_TASKS[:2], 0, "n .* must be a positive integer"),
                                               (HELDOUT_TASKS[:2], 2.5, "n .* must be a positive integer"),
-                                              ((), 4, "at least one task")])
+                                              ((), 4, "tasks must hold at least one")])
 def test_an_evaluation_needs_tasks_and_attempts(tasks, n, message):
     with pytest.raises(ValueError, match=message):
         evaluate(Policy(seed=0), tasks, n=n)
 
 
+@pytest.mark.parametrize("ks", [(1, 8), (0,), (-1,), (1.5,), (True,), "12", None, ()])
+def test_ks_are_checked_against_n_before_the_rollout(monkeypatch, ks):
+    import tinyagent.evaluate as module
+    monkeypatch.setattr(module, "rollout", lambda *args: pytest.fail("rolled out first"))
+    with pytest.raises((TypeError, ValueError), match="ks"):
+        evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=ks)
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 64, 1.5, "x"])
+def test_an_evaluation_takes_the_seeds_a_config_takes(seed):
+    with pytest.raises((TypeError, ValueError), match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=(1,), seed=seed)
+
+
+def test_tasks_may_be_a_generator():
+    tasks = HELDOUT_TASKS[:2]
+    assert evaluate(Policy(seed=0), (t for t in tasks), n=2, ks=(1,)) == evaluate(
+        Policy(seed=0), tasks, n=2, ks=(1,))
+
+
 @pytest.mark.parametrize("temperature", [1e-310, 0.0, float("nan")])
 def test_an_evaluation_refuses_the_temperatures_the_config_refuses(temperature):
     with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
-        evaluate(Policy(seed=0), HELDOUT_TASKS[:1], n=2, temperature=temperature)
+        evaluate(Policy(seed=0), HELDOUT_TASKS[:1], n=2, ks=(1,), temperature=temperature)
     with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
         heldout_rollout(Policy(seed=0), HELDOUT_TASKS[:1], n=2, temperature=temperature)

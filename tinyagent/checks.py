@@ -17,6 +17,34 @@ def positive_int(name, value):
     return int(value)
 
 
+def int_in(name, value, low, high):
+    """`value` as an int if it is an integer (not a bool) in [low, high]: 1.5 or True as a count
+    of attempts is a mistake, not a number to round."""
+    if not _is_int(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+def nonempty_list(name, values):
+    """`values` (a list, a tuple, a generator: any iterable but a string) as a tuple holding at
+    least one item, read once here so that a generator is not found empty after the work."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list or tuple, got {values!r:.100}")
+    values = tuple(values)
+    if not values:
+        raise ValueError(f"{name} must hold at least one item, got none")
+    return values
+
+
+def instance(name, value, kind):
+    """`value` if it is a `kind` (a class); otherwise a TypeError naming both, before the first
+    attribute it lacks is looked up deep inside."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__} "
+                        f"{value!r:.100}")
+    return value
+
+
 def seed_int(name, value):
     """`value` as an int if it is an integer (not a bool) in [0, 2**64), the seeds a torch
     generator takes (it would read -1 as 2**64 - 1: two seeds, one run)."""

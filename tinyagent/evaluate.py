@@ -6,7 +6,7 @@ from math import comb
 import torch
 
 from .arithmetic import torch_threads
-from .checks import positive_int, temperature as check_temperature
+from .checks import int_in, nonempty_list, positive_int, seed_int, temperature as check_temperature
 from .fingerprint import check_arithmetic
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS, merge_spellings
@@ -18,8 +18,8 @@ ATTEMPTS, EVAL_SEED = 16, 1234     # every notebook's held-out evaluation: 16 at
 def pass_at_k(n, c, k):
     """Probability that k of n attempts, c of them passing, drawn without replacement, contain a
     pass: 1 - C(n - c, k) / C(n, k)."""
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    n = positive_int("n", n)
+    c, k = int_in("c", c, 0, n), int_in("k", k, 1, n)
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
@@ -52,8 +52,7 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
     too, so that their measurements describe the evaluated episodes themselves."""
     positive_int("n (attempts per task)", n)
     check_temperature("temperature", temperature)
-    if not tasks:
-        raise ValueError("a held-out rollout needs at least one task")
+    tasks, seed = nonempty_list("tasks", tasks), seed_int("seed", seed)
     check_arithmetic()
     gen = torch.Generator().manual_seed(seed)
     return rollout(policy, [task for task in tasks for _ in range(n)], gen, temperature)
@@ -67,6 +66,9 @@ def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED,
     sequences per task (`distinct`: spellings of one action merged, so it counts behaviour;
     `distinct_raw`: every spelling apart), reads and malformed calls per episode, per-task pass
     counts, and (with a `reference`) the mean per-token k3 of the sampled tokens against it."""
+    n, tasks = positive_int("n (attempts per task)", n), nonempty_list("tasks", tasks)
+    ks = tuple(int_in(f"each k of ks (pass@k of the n={n} attempts)", k, 1, n)
+               for k in nonempty_list("ks", ks))
     batch = heldout_rollout(policy, tasks, n, seed, temperature)
     passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
     out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}
