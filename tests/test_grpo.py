@@ -179,3 +179,11 @@ def test_a_resumed_run_evaluates_after_its_last_step():
     train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3, first_step=4,
              evaluate=lambda p: seen.append(1) or {"x": 1.0}, eval_every=20, progress=False)
     assert seen == [1]
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(tasks=[]), ValueError, "tasks must hold at least one item"),
+    (dict(cfg={"lr": 1e-3}), TypeError, "cfg must be a RLConfig, got dict")])
+def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        train_rl(Policy(seed=0), **{"cfg": RLConfig(), "steps": 1, **kwargs})

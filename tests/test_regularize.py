@@ -180,3 +180,8 @@ def test_regularized_loss_and_first_choices_refuse_malformed_inputs():
     for bad in (mask.long(), mask[0]):
         with pytest.raises(TypeError, match=r"mask must be a bool tensor \(B, T\)"):
             first_choices(bad)
+
+
+def test_train_regularized_needs_a_regularized_config():
+    with pytest.raises(TypeError, match="cfg must be a RegularizedConfig, got RLConfig"):
+        train_regularized(load_rl_base(), RLConfig(), steps=1)

@@ -97,3 +97,13 @@ def test_workers_from_standard_input_are_refused_with_what_to_do(tmp_path):
     done = subprocess.run([sys.executable, "-"], input=code, env={**os.environ,
                           "TINYAGENT_RUNS": str(tmp_path)}, capture_output=True, text=True)
     assert done.returncode != 0 and "__main__" in done.stderr and "workers=1" in done.stderr
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda: runs.regularized_run({"kl_coef": 0.3}, steps=1), TypeError,
+     "cfg must be a RegularizedConfig, got dict"),
+    (lambda: runs.regularized_runs([], workers=0), ValueError, "workers must be a positive"),
+    (lambda: runs.regularized_runs([], executor="garbage"), TypeError, "executor must be")])
+def test_a_run_that_cannot_start_is_refused_before_any_worker(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

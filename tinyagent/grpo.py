@@ -11,7 +11,8 @@ from torch.profiler import record_function
 from tqdm.auto import trange
 
 from .arithmetic import torch_threads
-from .checks import finite_nonempty, positive_int, real_number, seed_int, temperature
+from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
+                     temperature)
 from .fingerprint import check_arithmetic
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
@@ -229,6 +230,7 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
     continue that run, with the log numbered from `first_step`: 40 steps and then 40 more give the
     bits of 80."""
     positive_int("steps", steps)
+    cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     check_arithmetic()
     reference = frozen_copy(policy) if reference is None else reference
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .checks import finite_positive
+from .checks import finite_positive, instance
 from .grpo import RLConfig, coefficient, policy_loss, rl_update, train_rl
 from .gym import TRAIN_TASKS
 from .kl import (KL_ESTIMATE_KINDS, entropy_bonus, kl_estimate, masked_mean,
@@ -132,6 +132,7 @@ def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=TRAIN_TAS
     continue a run anchored elsewhere). `resume` (optimizer, generator, first_step) continues an
     earlier run, as in `train_rl`. Trains in place; returns the per-step log.
     Defined in Section 10.6."""
+    cfg = instance("cfg", cfg, RegularizedConfig)
     return train_rl(policy, cfg, steps, tasks, reference, loss_fn=regularized_loss,
                     shape_rewards=kl_in_reward if cfg.kl_placement == "reward" else None,
                     next_cfg=adapt_kl_coef if cfg.kl_target is not None else None,

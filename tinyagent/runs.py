@@ -22,12 +22,12 @@ from tqdm.auto import tqdm
 
 from .arithmetic import pinned_environment
 from .cache import PACKAGE, cached, code_digest, lookup
-from .checks import env_flag, env_path, env_positive_int, positive_int
+from .checks import env_flag, env_path, env_positive_int, instance, positive_int
 from .evaluate import evaluate
 from .fingerprint import check_arithmetic, fingerprint, matches, mismatch_message
 from .grpo import frozen_copy
 from .policy import RL_BASE_CHECKPOINT, load_policy, load_rl_base
-from .regularize import train_regularized
+from .regularize import RegularizedConfig, train_regularized
 
 # TINYAGENT_RUNS="" counts as unset: an empty path would put the cache in the current directory.
 CACHE_DIR = env_path("TINYAGENT_RUNS", PACKAGE.parent / ".cache" / "runs")
@@ -76,6 +76,7 @@ def _run_config(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT):
     """What keys a run (`regularized_run`'s arguments): its configuration, length, base agent, the
     parameters it starts from and is anchored to (None: the base agent, or the start), the code
     and the arithmetic it is computed under."""
+    cfg, steps = instance("cfg", cfg, RegularizedConfig), positive_int("steps", steps)
     return {"cfg": asdict(cfg), "steps": steps, "agent": agent,
             "start": policy_digest(start if start is not None else load_agent(agent)),
             "reference": None if reference is None else policy_digest(reference),
@@ -162,8 +163,12 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", ex
     Executor whose workers may run on other machines, cluster.py) replaces the local pool: each
     worker must compute this machine's pinned fingerprint, and the results come back into the
     local cache."""
-    workers = positive_int("workers", workers or env_positive_int("TINYAGENT_WORKERS")
-                           or os.cpu_count())
+    if workers is None:
+        workers = env_positive_int("TINYAGENT_WORKERS") or os.cpu_count()
+    workers = positive_int("workers", workers)
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TypeError(f"executor must be a concurrent.futures Executor (cluster.py), or None "
+                        f"for local workers, got {executor!r:.100}")
     configs = [_run_config(**job) for job in jobs]
     results = [lookup(config, CACHE_DIR, check=is_run) for config in configs]
     missing = [i for i, result in enumerate(results) if result is None]
