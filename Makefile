@@ -89,13 +89,13 @@ doctor: $(STAMP)
 
 # Re-execute every notebook in place (stored outputs are what `make test` compares).
 notebooks: $(STAMP)
-	$(EXECUTE) --inplace $(NOTEBOOKS)
+	TINYAGENT_WRITE_FIGURES=1 $(EXECUTE) --inplace $(NOTEBOOKS)
 	$(BIN)/python .ci/normalize_notebooks.py $(NOTEBOOKS)
 
 # Rebuild figures/ by executing the notebooks that write them into a scratch copy; stored
 # notebooks stay as they are.
 figures: $(STAMP)
-	tmp=$$(mktemp -d) && $(EXECUTE) --output-dir $$tmp $(FIGURE_NOTEBOOKS) && rm -rf $$tmp
+	tmp=$$(mktemp -d) && TINYAGENT_WRITE_FIGURES=1 $(EXECUTE) --output-dir $$tmp $(FIGURE_NOTEBOOKS) && rm -rf $$tmp
 	@ls figures
 
 # The whole contract (what CI runs): the unit tests and every notebook's stored outputs.

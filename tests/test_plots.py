@@ -85,3 +85,18 @@ def test_save_figure_reads_its_paths_as_every_path_is_read(monkeypatch, tmp_path
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match="directory .* is a file"):
         figure_stem("f", tmp_path / "file")
+
+
+def test_the_committed_figures_are_written_only_when_a_make_step_asks(tmp_path, monkeypatch):
+    """`make test` executes 10.7, which saves Figure 10.3: it must change nothing git tracks."""
+    from tinyagent import plots
+    monkeypatch.setattr(plots, "FIGURES", tmp_path)
+    monkeypatch.delenv(plots.WRITE_FIGURES, raising=False)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    save_figure(fig, "f")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(plots.WRITE_FIGURES, "1")
+    save_figure(fig, "f")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+    plt.close(fig)

@@ -5,6 +5,7 @@ A PNG is the same on every machine once its metadata are fixed. A PDF stores eac
 ten decimals, so float64 noise of ~1e-9 between CPUs would reach its bytes: `save_figure` rounds
 the plotted data first, so notebooks plot their numbers as they are.
 """
+import io
 import os
 from pathlib import Path
 
@@ -84,14 +85,24 @@ def figure_stem(name, directory=FIGURES):
     return directory_arg("directory", directory) / path
 
 
-def save_figure(fig, name, directory=FIGURES):
+WRITE_FIGURES = "TINYAGENT_WRITE_FIGURES"     # set to 1 by `make figures` and `make notebooks`
+
+
+def save_figure(fig, name, directory=None):
     """Save `fig` as stem.png and stem.pdf (`figure_stem(name, directory)`) with its data rounded
     and no timestamps, so rebuilds give the same bytes, on another machine too. Returns the PNG's
-    path."""
-    stem = figure_stem(name, directory)
+    path. The committed figures/ are written only when a make step asks (TINYAGENT_WRITE_FIGURES=1):
+    a notebook executed by `make test` or by hand renders the files in memory instead, so that a
+    test run changes nothing git tracks."""
+    stem = figure_stem(name, FIGURES if directory is None else directory)
     round_plotted_data(fig)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")
-    fig.savefig(png, metadata={"Software": None}, bbox_inches="tight")
-    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None}, bbox_inches="tight")
+    committed = stem.parent.resolve() == FIGURES.resolve()
+    write = not committed or os.environ.get(WRITE_FIGURES) == "1"
+    if write:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png if write else io.BytesIO(), format="png", metadata={"Software": None},
+                bbox_inches="tight")
+    fig.savefig(pdf if write else io.BytesIO(), format="pdf",
+                metadata={"CreationDate": None, "ModDate": None}, bbox_inches="tight")
     return png
