@@ -1,23 +1,27 @@
 """One arithmetic for every run, so that a run's numbers depend only on its config, seed and code.
 
 A 40-step run turns a last-bit difference in arithmetic into a different sampled token and then a
-different run, and several libraries inside the torch wheel pick their code by the CPU they find.
-Each one the policy's computations reach is pinned, by a variable that must be in the environment
-before that library computes anything:
+different run, and several libraries inside the torch wheel pick their code by the CPU they find
+(under MKL's reproducibility branch, Intel and AMD still computed the first optimizer step
+differently). So the policy's matrix products are our own (matmul.c: a fixed order of summation,
+the same bits on any CPU), and what remains of a run is ATen's code, chosen by one pin:
 
     library (what of ours runs on it)          pin
+    tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's
+      product of the policy, forward and back)
     ATen's vectorized kernels, with the SLEEF   ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
       math inside them (layer norm, softmax,      the CPU has AVX-512
-      attention, Adam, sampling in float64)
-    MKL: BLAS (every float32 matrix product)    MKL_CBWR=COMPATIBLE,STRICT: the reproducibility
-      and VML (ATen's vectorized exp/log)         branch MKL documents for Intel and AMD alike
-    oneDNN (float32 GELU, its own JIT code)     ONEDNN_MAX_CPU_ISA=AVX2: on an AVX-512 CPU it
-                                                  otherwise JITs AVX-512 code with other bits
+      log-softmax, erf for GELU, exp, log,
+      Adam, sampling in float64)
+    MKL (BLAS, VML) and oneDNN                  MKL_CBWR=COMPATIBLE,STRICT and ONEDNN_MAX_CPU_ISA=
+                                                  AVX2, kept for 10.1-10.5's exact mathematics
+                                                  (float64 products); no run reaches them
+                                                  (tests/test_arithmetic.py)
     OpenMP (how a reduction is split)           one torch thread for training and the held-out
                                                   rollout (`torch_threads`), a fixed two for SFT
     never reached by our runs: FBGEMM and QNNPACK (quantized ops), NNPACK and XNNPACK
-    (convolutions), oneDNN's matrix products (bfloat16 and int8 only). glibc's libm picks FMA
-    variants of exp and log by the CPU, identical on every CPU with AVX2 (they all have FMA).
+    (convolutions). glibc's libm picks FMA variants of exp and log by the CPU, identical on every
+    CPU with AVX2 (they all have FMA).
 
 A list can miss a library, so the arithmetic is also checked by what it computes
 (fingerprint.py). `import tinyagent` sets the variables (unless the environment already says

@@ -102,23 +102,33 @@ def kernel_rate(shape=(768, 66, 198), repeats=50):
     return 2 * shape[0] * shape[1] * shape[2] * repeats / (time.perf_counter() - start) / 1e9
 
 
-TIMED_RUN = ("import json, torch; torch.set_num_threads(1); from tinyagent.bench import timed_run; "
-             "print(json.dumps(timed_run()))")
+SFT_STEPS = 300      # a twelfth of SFT's 3,500 steps: its speed, not its result
+TIMED = ("import json, time, torch; torch.set_num_threads(1)\n"
+         "from tinyagent.bench import timed_run\n"
+         "from tinyagent.policy import Policy\n"
+         "from tinyagent.pretrain import SFTConfig, make_demonstrations, sft\n"
+         "run = timed_run()\n"
+         "tokens, mask = make_demonstrations()\n"
+         "start = time.perf_counter()\n"
+         f"sft(Policy(), tokens, mask, SFTConfig(steps={SFT_STEPS}))\n"
+         "run['sft'] = time.perf_counter() - start\n"
+         "print(json.dumps(run))")
 
 
 def timed_revision(tree):
-    """timed_run() of the package in `tree` (None: this code), in a fresh pinned process."""
+    """One run + evaluation and SFT_STEPS steps of SFT of the package in `tree` (None: this
+    code), in a fresh pinned process: {"total": s, "sft": s, ...}."""
     env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1"}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
-    done = subprocess.run([sys.executable, "-c", TIMED_RUN], env=env, cwd=tree or ROOT,
+    done = subprocess.run([sys.executable, "-c", TIMED], env=env, cwd=tree or ROOT,
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def against(revision, rounds=2):
-    """Seconds of one run + evaluation, this code's and `revision`'s, alternated `rounds` times;
-    each side's best."""
+    """Seconds of one run + evaluation and of SFT_STEPS SFT steps, this code's and `revision`'s,
+    alternated `rounds` times; each side's best of each."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "baseline"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
@@ -126,12 +136,13 @@ def against(revision, rounds=2):
         try:
             times = {"this code": [], revision: []}
             for _ in range(rounds):
-                times["this code"].append(timed_revision(None)["total"])
-                times[revision].append(timed_revision(tree)["total"])
+                times["this code"].append(timed_revision(None))
+                times[revision].append(timed_revision(tree))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
-    return {name: min(seconds) for name, seconds in times.items()}
+    return {name: {part: min(t[part] for t in runs) for part in ("total", "sft")}
+            for name, runs in times.items()}
 
 
 def side_by_side(seeds=(0, 1)):
@@ -172,9 +183,10 @@ def main(argv=None):
     print(f"  floor: {phases['matmul GFLOP']:.2f} GFLOP of matrix products a step at the kernel's "
           f"{rate:.0f} GFLOP/s (768x66x198) = {floor:.3f} s; the step is {step / floor:.1f}x its floor")
     best = against(args.against)
-    ratio = best["this code"] / best[args.against]
-    print(f"one run + evaluation, best of two alternated: this code {best['this code']:.1f} s, "
-          f"{args.against} {best[args.against]:.1f} s; ratio {ratio:.2f}")
+    for part, what in (("total", "one run + evaluation"), ("sft", f"{SFT_STEPS} SFT steps")):
+        ours, theirs = best["this code"][part], best[args.against][part]
+        print(f"{what}, best of two alternated: this code {ours:.1f} s, {args.against} "
+              f"{theirs:.1f} s; ratio {ours / theirs:.2f}")
 
 
 if __name__ == "__main__":
