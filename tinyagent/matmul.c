@@ -35,35 +35,52 @@ static void scalar_columns(const product *p, int i, int j)
 #include <immintrin.h>
 #define ROWS 6
 
-/* Rows i .. i+rows-1 (rows <= ROWS), columns j .. j+8*vecs-1, with 8-wide vectors. */
-static inline void avx2_block(const product *p, int i, int rows, int j, int vecs)
+/* Rows i .. i+ROWS-1, columns j .. j+15: the full block, its 12 accumulators in registers. */
+static void avx2_full_block(const product *p, int i, int j)
 {
-    __m256 c[ROWS][2];
-    for (int r = 0; r < rows; r++) c[r][0] = c[r][1] = _mm256_setzero_ps();
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *a = &A_(p, i, 0);
+    for (int k = 0; k < p->K; k++, a += p->sak) {
+        __m256 b0 = _mm256_loadu_ps(B_(p, k, j)), b1 = _mm256_loadu_ps(B_(p, k, j + 8)), x;
+        x = _mm256_set1_ps(a[0]);          c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_set1_ps(a[p->sam]);     c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_set1_ps(a[2 * p->sam]); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_set1_ps(a[3 * p->sam]); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_set1_ps(a[4 * p->sam]); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_set1_ps(a[5 * p->sam]); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
+    }
+    float *c = p->C + (size_t)i * p->N + j;
+    __m256 out[ROWS][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    for (int r = 0; r < ROWS; r++) {
+        _mm256_storeu_ps(c + (size_t)r * p->N, out[r][0]);
+        _mm256_storeu_ps(c + (size_t)r * p->N + 8, out[r][1]);
+    }
+}
+
+/* Rows i .. i+rows-1 (rows <= ROWS), columns j .. j+7: the edges. */
+static void avx2_edge_block(const product *p, int i, int rows, int j)
+{
+    __m256 c[ROWS];
+    for (int r = 0; r < rows; r++) c[r] = _mm256_setzero_ps();
     for (int k = 0; k < p->K; k++) {
         __m256 b0 = _mm256_loadu_ps(B_(p, k, j));
-        __m256 b1 = vecs > 1 ? _mm256_loadu_ps(B_(p, k, j + 8)) : b0;
-        for (int r = 0; r < rows; r++) {
-            __m256 a = _mm256_set1_ps(A_(p, i + r, k));
-            c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-            if (vecs > 1) c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
-        }
+        for (int r = 0; r < rows; r++)
+            c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
     }
-    for (int r = 0; r < rows; r++)
-        for (int v = 0; v < vecs; v++)
-            _mm256_storeu_ps(p->C + (size_t)(i + r) * p->N + j + 8 * v, c[r][v]);
+    for (int r = 0; r < rows; r++) _mm256_storeu_ps(p->C + (size_t)(i + r) * p->N + j, c[r]);
 }
 
 static void avx2_product(const product *p)
 {
     for (int i = 0; i < p->M; i += ROWS) {
         int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0;
-        for (; j + 16 <= p->N; j += 16) avx2_block(p, i, rows, j, 2);
-        for (; j + 8 <= p->N; j += 8) avx2_block(p, i, rows, j, 1);
+        if (rows == ROWS)
+            for (; j + 16 <= p->N; j += 16) avx2_full_block(p, i, j);
+        for (; j + 8 <= p->N; j += 8) avx2_edge_block(p, i, rows, j);
         for (int r = 0; r < rows; r++) scalar_columns(p, i + r, j);
     }
 }
-
 #endif
 
 static void scalar_product(const product *p)
