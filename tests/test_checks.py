@@ -136,3 +136,17 @@ def test_a_list_argument_is_read_once_and_must_hold_something():
 def test_instance_names_the_class_expected_and_what_came():
     with pytest.raises(TypeError, match="cfg must be a Path, got dict"):
         checks.instance("cfg", {"kl_coef": 0.3}, Path)
+
+
+@pytest.mark.parametrize("tokens, error", [
+    (torch.zeros(2, 3), TypeError),                              # float ids
+    ([[1, 2]], TypeError),                                        # not a tensor
+    (torch.zeros(3, dtype=torch.long), ValueError),               # one episode, 1-D
+    (torch.zeros(0, 3, dtype=torch.long), ValueError),            # no episode
+    (torch.tensor([[1, 316]]), ValueError),                       # past the vocabulary
+    (torch.tensor([[-1, 2]]), ValueError)])
+def test_token_ids_are_an_integer_batch_inside_the_vocabulary(tokens, error):
+    with pytest.raises(error, match="tokens"):
+        checks.token_ids("tokens", tokens, 316)
+    ok = torch.tensor([[0, 315]])
+    assert checks.token_ids("tokens", ok, 316) is ok

@@ -84,3 +84,12 @@ def test_an_evaluation_refuses_the_temperatures_the_config_refuses(temperature):
         evaluate(Policy(seed=0), HELDOUT_TASKS[:1], n=2, ks=(1,), temperature=temperature)
     with pytest.raises(ValueError, match=r"temperature must be .*at least 0\.001"):
         heldout_rollout(Policy(seed=0), HELDOUT_TASKS[:1], n=2, temperature=temperature)
+
+
+def test_distinct_per_task_refuses_groups_that_are_not_one_task_each():
+    from tinyagent.evaluate import distinct_per_task
+    batch = heldout_rollout(Policy(seed=0), HELDOUT_TASKS[:2], n=4)
+    assert distinct_per_task(batch, 4) >= 1
+    for n, message in ((3, "grouped by task"), (8, "grouped by task"), (0, "positive integer")):
+        with pytest.raises(ValueError, match=message):
+            distinct_per_task(batch, n)

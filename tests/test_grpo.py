@@ -187,3 +187,10 @@ def test_a_resumed_run_evaluates_after_its_last_step():
 def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message):
     with pytest.raises(error, match=message):
         train_rl(Policy(seed=0), **{"cfg": RLConfig(), "steps": 1, **kwargs})
+
+
+def test_integer_rewards_are_rewards():
+    from tinyagent.grpo import compute_advantages
+    as_int, _ = compute_advantages(torch.tensor([1, 0, 0, 1]), 4)
+    as_float, _ = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64), 4)
+    assert torch.equal(as_int, as_float)

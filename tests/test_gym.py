@@ -185,3 +185,19 @@ def test_make_splits_refuses_an_empty_split():
     from tinyagent.gym import make_splits
     with pytest.raises(ValueError, match="n \\(tasks\\) must be a positive integer"):
         make_splits(n_heldout=0)
+
+
+def test_merge_spellings_takes_a_list_and_parse_call_refuses_names_that_are_not_ids():
+    from tinyagent.gym import SPELLINGS, merge_spellings, parse_call
+    usual, second = next(iter(SPELLINGS.values()))
+    assert merge_spellings([ID[second], 4]).tolist() == [ID[usual], 4]
+    with pytest.raises(TypeError, match="token ids"):
+        merge_spellings("read")
+    with pytest.raises(TypeError, match="names must be"):
+        parse_call(encode("<call> ls </call>"), None)
+
+
+@pytest.mark.parametrize("words", [None, 123, [1, 2]])
+def test_encode_takes_words_only(words):
+    with pytest.raises(TypeError, match="encode takes words"):
+        encode(words)

@@ -242,3 +242,10 @@ def test_the_entropy_of_raw_logits_is_refused():
     assert entropy(torch.log_softmax(logits, -1)).min() > 0
     with pytest.raises(TypeError, match="floating-point tensor"):
         entropy(torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_a_meta_tensor_is_refused_by_name():
+    from tinyagent.kl import kl_penalty
+    meta = torch.zeros(3, device="meta")
+    with pytest.raises(ValueError, match="logp is a meta tensor"):
+        kl_penalty(meta, meta, "k3")

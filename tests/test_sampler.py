@@ -142,3 +142,17 @@ def test_a_block_size_that_cuts_episodes_off_is_an_error_not_a_zero_reward():
     with pytest.raises(ValueError, match=rf"block_size 20 cut off .* needs {MAX_EPISODE_TOKENS}"):
         rollout(short, TASKS[:4], torch.Generator().manual_seed(0))
     assert MAX_EPISODE_TOKENS <= Policy(seed=0).cfg.block_size      # the shipped size fits all
+
+
+def test_the_policy_tasks_tokens_and_mask_are_checked_where_they_enter():
+    policy, gen = Policy(seed=0), torch.Generator().manual_seed(0)
+    with pytest.raises(TypeError, match="policy must be a Policy"):
+        rollout(None, TRAIN_TASKS[:1], gen)
+    with pytest.raises(TypeError, match="each task must be a Task"):
+        rollout(policy, ["x"], gen)
+    batch = rollout(policy, TRAIN_TASKS[:2], gen)
+    for mask in (batch.policy_mask.float(), batch.policy_mask.long()):
+        with pytest.raises(TypeError, match="mask must be a bool tensor"):
+            token_logprobs(policy, batch.tokens, mask=mask)
+    with pytest.raises(ValueError, match="tokens must hold ids"):
+        token_logprobs(policy, batch.tokens.masked_fill(~batch.policy_mask, 999), mask=batch.policy_mask)

@@ -183,3 +183,22 @@ def directory(name, value):
         raise NotADirectoryError(f"{name} {str(where)!r} is a file, not a directory; name a "
                                  f"directory, or one that does not exist yet")
     return where
+
+
+def token_ids(name, tokens, vocab_size, ndim=2):
+    """`tokens` if it is an integer tensor of `ndim` dimensions holding at least one id, every id
+    in [0, vocab_size): a float tensor, a 1-D episode or an id past the vocabulary would fail deep
+    inside the embedding."""
+    import torch
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an integer tensor of token ids (torch.long), got "
+                        f"{getattr(tokens, 'dtype', type(tokens).__name__)}")
+    if tokens.ndim != ndim or tokens.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty {ndim}-D tensor ((episodes, positions) for "
+                         f"2-D), got shape {tuple(tokens.shape)}")
+    bad = (tokens < 0) | (tokens >= vocab_size)
+    if bad.any():
+        raise ValueError(f"{name} must hold ids in [0, {vocab_size}), got "
+                         f"{tokens[bad][:5].tolist()}")
+    return tokens
+

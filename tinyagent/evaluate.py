@@ -37,6 +37,12 @@ def distinct_per_task(batch, n, tokens=None):
     """Mean, over tasks, of the number of distinct action sequences among a task's `n` attempts
     (`batch` holds them grouped by task, as `heldout_rollout` samples them). `tokens` (B, T), if
     given, replaces the batch's tokens, for example with two spellings of a verb merged."""
+    n = positive_int("n (attempts per task)", n)
+    tasks = [episode.task for episode in batch.episodes]
+    if len(tasks) % n or any(len(set(map(id, tasks[j:j + n]))) != 1 for j in range(0, len(tasks), n)):
+        raise ValueError(f"distinct_per_task needs the batch grouped by task in groups of n={n} "
+                         f"attempts, as heldout_rollout samples them; its {len(tasks)} episodes "
+                         f"are not")
     tokens = batch.tokens if tokens is None else tokens
     seqs = [action_sequence(tokens[i], batch.policy_mask[i], episode.names)
             for i, episode in enumerate(batch.episodes)]

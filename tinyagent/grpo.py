@@ -114,6 +114,8 @@ def compute_advantages(rewards, group_size):
     """Group-normalized advantages (r - mean) / std within each group of attempts; exactly zero
     for a group whose rewards are identical. Returns (advantages, share of such groups)."""
     positive_int("group_size", group_size)
+    if isinstance(rewards, torch.Tensor) and not rewards.is_floating_point():
+        rewards = rewards.double()                      # 0/1 rewards as integers are rewards
     finite_nonempty("rewards", rewards)
     if rewards.ndim != 1 or rewards.numel() % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, "

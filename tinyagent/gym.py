@@ -42,7 +42,12 @@ LS = ID["ls"]
 
 def merge_spellings(tokens):
     """`tokens` (a tensor of ids) with every action's second spelling replaced by its usual one:
-    what the agent did, not how it spelled it."""
+    what the agent did, not how it spelled it. A list or tuple of ids is taken as a tensor."""
+    if isinstance(tokens, (list, tuple)):
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"merge_spellings takes token ids (a tensor or a list), got "
+                        f"{type(tokens).__name__}")
     merged = tokens.clone()
     for usual, second in SPELLINGS.values():
         merged[tokens == ID[second]] = ID[usual]
@@ -189,6 +194,9 @@ def parse_call(call, names):
     if not isinstance(call, (list, tuple)) or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in call):
         raise TypeError(f"a call must be a list of token ids (ints), got {call!r:.80}")
+    if not isinstance(names, (list, tuple)) or not all(isinstance(t, int) for t in names):
+        raise TypeError(f"names must be the episode's function-name ids (a list of ints, "
+                        f"Episode.names), got {names!r:.80}")
     call = list(call)
     if len(call) < 3 or call[0] != CALL or call[-1] != END_CALL:
         return None

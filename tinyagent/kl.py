@@ -18,6 +18,9 @@ def check_logprobs(name, logp):
     The one rule for log-probs; it lives here so that the math leaf imports only torch."""
     if not isinstance(logp, torch.Tensor):
         raise TypeError(f"{name} must be a tensor of log-probabilities, got {type(logp).__name__}")
+    if logp.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (a shape without values): log-probabilities "
+                         f"must be computed values")
     values = logp.detach()
     bad = ~(values <= 0) | (values == -torch.inf)          # NaN fails `<= 0`
     if bad.any():

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .checks import temperature as check_temperature
-from .gym import MAX_EPISODE_TOKENS, Episode, call_ended
+from .checks import instance, temperature as check_temperature, token_ids
+from .gym import MAX_EPISODE_TOKENS, Episode, Task, call_ended
+from .policy import Policy
 from .vocab import PAD
 
 
@@ -70,8 +71,11 @@ def draw_uniforms(n, gen):
 def rollout(policy, tasks, gen, temperature=1.0):
     """Run one episode per task in `tasks` (repeat a task for a group of attempts)."""
     check_temperature("temperature", temperature)
+    instance("policy", policy, Policy)
     if not tasks:
         raise ValueError("rollout needs at least one task")
+    for task in tasks:
+        instance("each task", task, Task)
     episodes = [Episode.start(task, gen) for task in tasks]
     B, max_len = len(episodes), policy.cfg.block_size
     rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far
@@ -132,6 +136,11 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     length, each cut at its last masked token, instead of on a batch padded to the longest.
     """
     check_temperature("temperature", temperature)
+    instance("policy", policy, Policy)
+    token_ids("tokens", tokens, policy.cfg.vocab_size)
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
+        raise TypeError(f"mask must be a bool tensor (True at the positions to compute), got "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)}")
     if mask is None:
         log_dist = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
         logp = log_dist.gather(-1, tokens[:, 1:, None])[..., 0]                 # (B, T-1)

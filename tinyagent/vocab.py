@@ -26,6 +26,9 @@ def encode(words):
     """Words (a list, or one space-separated string) to token ids; unknown words are an error."""
     if isinstance(words, str):
         words = words.split()
+    if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) for w in words):
+        raise TypeError(f"encode takes words: one space-separated string or a list of strings, "
+                        f"got {words!r:.80}")
     unknown = [w for w in words if w not in ID]
     if unknown:
         raise ValueError(f"not in the vocabulary: {unknown[:5]}; words are structure tokens "
