@@ -83,9 +83,9 @@ $(STAMP): pyproject.toml setup.py tinyagent/matmul.c
 	touch $(STAMP)
 
 # Whether your runs will reproduce the stored numbers: versions, platform, the pins in force and
-# the arithmetic fingerprint, in a few lines and a few seconds (python -m tinyagent.doctor).
+# the arithmetic fingerprint, in a few lines and a few seconds (python -m tinyagent.harness.doctor).
 doctor: $(STAMP)
-	@$(BIN)/python -m tinyagent.doctor --shell-env $(SHELL_ARITHMETIC)
+	@$(BIN)/python -m tinyagent.harness.doctor --shell-env $(SHELL_ARITHMETIC)
 
 # Re-execute every notebook in place (stored outputs are what `make test` compares).
 notebooks: $(STAMP)
@@ -100,20 +100,20 @@ figures: $(STAMP)
 
 # The whole contract (what CI runs): the unit tests and every notebook's stored outputs.
 # It says first when the runs here will differ from the stored numbers (silent when they match).
-# Where the stored outputs promise no bits (tinyagent/contract.py: not x86-64 Linux with AVX2, or
+# Where the stored outputs promise no bits (tinyagent/harness/contract.py: not x86-64 Linux with AVX2, or
 # another torch) it says so in one line and compares what does not depend on the arithmetic;
 # STRICT=1 compares everything anywhere.
 EXACT_NOTEBOOKS := $(filter notebooks/10.1% notebooks/10.2% notebooks/10.3% notebooks/10.4% notebooks/10.5%,$(NOTEBOOKS))
 TRAINED_NOTEBOOKS := $(filter-out $(EXACT_NOTEBOOKS),$(NOTEBOOKS))
 test: $(STAMP)
-	-@$(BIN)/python -m tinyagent.doctor --quiet-if-ok
-	@if [ -n "$$STRICT" ] || $(BIN)/python -m tinyagent.contract; then \
+	-@$(BIN)/python -m tinyagent.harness.doctor --quiet-if-ok
+	@if [ -n "$$STRICT" ] || $(BIN)/python -m tinyagent.harness.contract; then \
 	  echo "$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks"; \
 	  $(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks; \
 	else \
 	  $(BIN)/pytest -n 2 --dist loadfile tests $(EXACT_NOTEBOOKS) --nbval --nbval-current-env && \
 	  $(BIN)/pytest -n 2 --dist loadfile $(TRAINED_NOTEBOOKS) --nbval-lax --nbval-current-env && \
-	  $(BIN)/python -m tinyagent.contract --summary $(NOTEBOOKS); \
+	  $(BIN)/python -m tinyagent.harness.contract --summary $(NOTEBOOKS); \
 	fi
 
 # The unit tests alone, for the edit-test loop (under 2 minutes); `make test` is the contract.
@@ -121,7 +121,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -n 2 tests
 
 bench: $(STAMP)
-	$(BIN)/python -m tinyagent.bench
+	$(BIN)/python -m tinyagent.harness.bench
 
 # Jupyter refuses to start as root (as in many containers) unless told it may.
 lab: $(STAMP)
@@ -130,16 +130,16 @@ lab: $(STAMP)
 chapter9: $(STAMP)
 	$(BIN)/python -m tinyagent.chapter9
 
-# The study (tinyagent/study.py): 3 base agents x 9 settings x 20 seeds, what is missing computed
+# The study (tinyagent/science/study.py): 3 base agents x 9 settings x 20 seeds, what is missing computed
 # on every core (resumable: stop it and run it again), records in tinyagent/data/. On a Dask
 # cluster: make study CLUSTER=tcp://host:8786
 study: $(STAMP)
-	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.study $(if $(CLUSTER),--cluster $(call quote,$(CLUSTER)))
+	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.science.study $(if $(CLUSTER),--cluster $(call quote,$(CLUSTER)))
 
 # Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
-# (SFT sets its own thread count); python -m tinyagent.pretrain --replace overwrites it.
+# (SFT sets its own thread count); python -m tinyagent.harness.rebuild --replace overwrites it.
 pretrain: $(STAMP)
-	$(BIN)/python -m tinyagent.pretrain
+	$(BIN)/python -m tinyagent.harness.rebuild
 
 # Removes what make created and nothing else: the venv (refused unless VENV is a relative path
 # inside the project, with no `..`, that is a venv or does not exist, and that neither is nor

@@ -1,10 +1,10 @@
 """Tests marked `recorded_bits` compare bits recorded under the pinned arithmetic: where the stored
-outputs promise no bits (tinyagent.contract), they are skipped, saying why; STRICT=1 runs them."""
+outputs promise no bits (tinyagent.harness.contract), they are skipped, saying why; STRICT=1 runs them."""
 import os
 
 import pytest
 
-from tinyagent.contract import promised
+from tinyagent.harness.contract import promised
 
 
 def pytest_configure(config):
@@ -15,7 +15,7 @@ def pytest_collection_modifyitems(config, items):
     ok, why = promised()
     if ok or os.environ.get("STRICT"):
         return
-    from tinyagent.fingerprint import fingerprint
+    from tinyagent.harness.fingerprint import fingerprint
     skip = pytest.mark.skip(reason=f"skipped: another arithmetic ({why}; fingerprint "
                                    f"{fingerprint()[:12]})")
     for item in items:

@@ -19,7 +19,7 @@ from multiprocessing import get_context
 import pytest
 
 from tinyagent.arithmetic import PINS, pinned_environment
-from tinyagent.fingerprint import EXPECTED, fingerprint
+from tinyagent.harness.fingerprint import EXPECTED, fingerprint
 
 pytestmark = pytest.mark.recorded_bits
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.recorded_bits
 # SFT: every parameter's bytes, hashed, and the process's arithmetic fingerprint.
 TRAIN = """
 import hashlib
-from tinyagent.fingerprint import fingerprint
+from tinyagent.harness.fingerprint import fingerprint
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft
 from tinyagent.regularize import RegularizedConfig, train_regularized

@@ -1,8 +1,8 @@
-"""Tests of tinyagent.bench (its numbers are machine-dependent and not asserted): it parses its
+"""Tests of tinyagent.harness.bench (its numbers are machine-dependent and not asserted): it parses its
 command line before running anything, and its profile finds both halves of train_rl's steps."""
 import pytest
 
-from tinyagent.bench import PHASES, main, step_profile
+from tinyagent.harness.bench import PHASES, main, step_profile
 
 
 def test_help_prints_usage_without_running_the_benchmark(capsys):

@@ -1,9 +1,9 @@
-"""Tests of tinyagent.cache: keys, atomic writes, locks, plain data only, bad files recomputed."""
+"""Tests of tinyagent.harness.cache: keys, atomic writes, locks, plain data only, bad files recomputed."""
 import pytest
 import torch
 
-from tinyagent import cache
-from tinyagent.cache import cached, code_digest, imported_modules, key
+from tinyagent.harness import cache
+from tinyagent.harness.cache import cached, code_digest, imported_modules, key
 
 
 def counting(result):
@@ -129,13 +129,14 @@ def test_keys_depend_on_every_part_of_the_config():
 
 
 def test_the_code_digest_covers_every_module_runs_imports():
-    modules = imported_modules("runs")
+    modules = imported_modules("harness.runs")
     for name in ("gym", "kl", "policy", "regularize", "sampler", "evaluate", "grpo", "vocab",
-                 "fingerprint", "cache"):
+                 "harness.fingerprint", "harness.cache"):
         assert name in modules
-    for name in ("plots", "book", "report", "pretrain", "experiments", "study", "cluster"):
+    for name in ("science.plots", "science.book", "science.report", "pretrain",
+                 "science.experiments", "science.study", "harness.cluster"):
         assert name not in modules
-    assert code_digest("runs") != code_digest("kl")
+    assert code_digest("harness.runs") != code_digest("kl")
 
 
 def test_a_result_of_none_is_stored_and_loaded_like_any_other(tmp_path):

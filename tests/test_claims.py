@@ -1,4 +1,4 @@
-"""Tests of tinyagent.claims on per-seed results fabricated here, shaped as the notebooks build
+"""Tests of tinyagent.science.claims on per-seed results fabricated here, shaped as the notebooks build
 them: every claim measures such a result without a missing key, a result built to satisfy a claim
 scores "holds", a claim that fails at k seeds lands where the rule puts k, and the thresholds and
 targets a function takes are the ones its claims use."""
@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tinyagent import claims as C
-from tinyagent.book import SECTION_10_7, SECTION_10_7_EXTRA, SECTION_10_8
-from tinyagent.diagnostics import run_summary
-from tinyagent.experiments import COMPARISON, SEEDS
-from tinyagent.report import PASS1_NOISE, category, score_claims
+from tinyagent.science import claims as C
+from tinyagent.science.book import SECTION_10_7, SECTION_10_7_EXTRA, SECTION_10_8
+from tinyagent.science.diagnostics import run_summary
+from tinyagent.science.experiments import COMPARISON, SEEDS
+from tinyagent.science.report import PASS1_NOISE, category, score_claims
 
 STEPS = 40
 N_TASKS = 10
@@ -497,13 +497,13 @@ def test_each_claims_module_is_short_and_so_are_its_functions(path):
 
 
 def test_every_name_the_notebooks_use_is_importable_from_the_package():
-    notebooks = Path(C.__file__).parents[2] / "notebooks"
+    notebooks = Path(C.__file__).parents[3] / "notebooks"
     used = set()
     for notebook in notebooks.glob("*.ipynb"):
         text = "\n".join("".join(cell["source"])
                          for cell in json.loads(notebook.read_text())["cells"])
         used |= set(re.findall(r"\bC\.([A-Za-z_]\w*)", text))
-        for groups in re.findall(r"from tinyagent\.claims import (?:\(([^)]*)\)|([^\n(]+))", text):
+        for groups in re.findall(r"from tinyagent\.science\.claims import (?:\(([^)]*)\)|([^\n(]+))", text):
             used |= {name.strip() for name in ",".join(groups).split(",") if name.strip()}
     assert {"series", "reset_claims", "failing_seeds"} <= used
     assert all(hasattr(C, name) for name in used), sorted(n for n in used

@@ -2,8 +2,9 @@
 bit for bit as the local run workers compute them."""
 import pytest
 
-from tinyagent import runs, study
-from tinyagent.cluster import dask_executor, local_cluster
+from tinyagent.harness import runs
+from tinyagent.science import study
+from tinyagent.harness.cluster import dask_executor, local_cluster
 
 distributed = pytest.importorskip("distributed")
 

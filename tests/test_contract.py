@@ -1,11 +1,11 @@
-"""Where the stored outputs promise bits, and the lax path elsewhere (tinyagent/contract.py),
+"""Where the stored outputs promise bits, and the lax path elsewhere (tinyagent/harness/contract.py),
 shown by imitating another platform."""
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from tinyagent import contract
+from tinyagent.harness import contract
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,10 +33,10 @@ def test_on_another_platform_the_recorded_bits_tests_skip_saying_why():
 
 
 def test_the_lax_run_says_one_line_first_and_counts_the_cells_it_compared():
-    done = run("-m", "tinyagent.contract", **{contract.IMITATE: "arm64"})
+    done = run("-m", "tinyagent.harness.contract", **{contract.IMITATE: "arm64"})
     assert done.returncode == 1 and len(done.stdout.splitlines()) == 1
     notebooks = sorted(str(p) for p in (ROOT / "notebooks").glob("10*.ipynb"))
-    summary = run("-m", "tinyagent.contract", "--summary", *notebooks).stdout
+    summary = run("-m", "tinyagent.harness.contract", "--summary", *notebooks).stdout
     compared, skipped = (int(w) for w in summary.split()[0:4:3])
     strict = sum(contract.compared_cells(notebooks, lax=False))
     assert compared + skipped == strict and skipped > 0 and compared > 0

@@ -1,4 +1,4 @@
-"""Tests of tinyagent.diagnostics: exact decision distributions and KLs, the per-token k3
+"""Tests of tinyagent.science.diagnostics: exact decision distributions and KLs, the per-token k3
 decomposition, and the call-by-call reading of episodes."""
 import math
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinyagent.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
+from tinyagent.science.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
                                    first_call_distribution, heldout_prompts, k3_decomposition,
                                    kl_divergence, malformed_calls, run_summary, split_calls,
                                    token_roles)
@@ -171,7 +171,7 @@ def test_run_summary_refuses_late_steps_outside_the_run(late_steps):
 
 
 def test_decision_kinds_mask_the_packed_policy_positions_by_role():
-    from tinyagent.diagnostics import decision_kinds
+    from tinyagent.science.diagnostics import decision_kinds
     first, mask_a = _row([["<call>", "read", "tests", "</call>"], "<obs> fail fn001 </obs>",
                           ["<call>", "edit", "fn001", "</call>"]])
     second, mask_b = _row([["tests", "log", "</call>"], "<obs> error malformed </obs>",

@@ -1,4 +1,4 @@
-"""`make doctor` (tinyagent/doctor.py) and the Makefile logic around it: the Python it picks, and
+"""`make doctor` (tinyagent/harness/doctor.py) and the Makefile logic around it: the Python it picks, and
 what `make clean` refuses."""
 import os
 import shlex
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tinyagent import doctor
+from tinyagent.harness import doctor
 from tinyagent.arithmetic import PINS
-from tinyagent.fingerprint import OVERRIDES
+from tinyagent.harness.fingerprint import OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,8 +23,8 @@ def run_doctor(*args, **settings):
     env = {name: value for name, value in os.environ.items() if name not in set(OVERRIDES) | set(PINS)}
     env.update(settings)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tinyagent.doctor", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "tinyagent.harness.doctor", *args], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout, time.perf_counter() - start
 
@@ -146,9 +146,9 @@ def test_the_shells_settings_reach_the_doctor_as_they_are(value):
     done = subprocess.run([shutil.which("make"), "--no-print-directory", "-n", "doctor",
                            f"SHELL_ARITHMETIC={value}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
-    [line] = [line for line in done.stdout.splitlines() if "tinyagent.doctor" in line]
+    [line] = [line for line in done.stdout.splitlines() if "tinyagent.harness.doctor" in line]
     words = shlex.split(line)
-    assert words[:4] == [".venv/bin/python", "-m", "tinyagent.doctor", "--shell-env"]
+    assert words[:4] == [".venv/bin/python", "-m", "tinyagent.harness.doctor", "--shell-env"]
     assert f"ONEDNN_MAX_CPU_ISA={value}" in words[4:] and all("=" in word for word in words[4:])
 
 

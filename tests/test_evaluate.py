@@ -3,7 +3,7 @@ from math import comb
 
 import pytest
 
-from tinyagent.diagnostics import heldout_prompts
+from tinyagent.science.diagnostics import heldout_prompts
 from tinyagent.evaluate import evaluate, heldout_rollout, pass_at_k
 from tinyagent.gym import HELDOUT_TASKS
 from tinyagent.policy import Policy, load_rl_base

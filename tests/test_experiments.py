@@ -1,12 +1,12 @@
-"""Tests of tinyagent.experiments: the settings are the book's nine, in its order, and the seeded
+"""Tests of tinyagent.science.experiments: the settings are the book's nine, in its order, and the seeded
 runs are asked of the cache as one batch of jobs."""
 from dataclasses import asdict
 
 import pytest
 
-from tinyagent import experiments
-from tinyagent.book import SECTION_10_7
-from tinyagent.experiments import COMPARISON, SEEDS, comparison_runs, seeded
+from tinyagent.science import experiments
+from tinyagent.science.book import SECTION_10_7
+from tinyagent.science.experiments import COMPARISON, SEEDS, comparison_runs, seeded
 
 
 def test_the_nine_settings_are_the_books_in_its_order():

@@ -16,43 +16,69 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tinyagent"
-SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))     # claims
-MODULES = sorted([p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"] + SUBPACKAGES)
-TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "runs", "sampler", "policy", "pretrain",
-                       "experiments")
-PRESENTATION = ("report", "plots", "book", "claims")
-LEAVES = ("arithmetic", "book", "checks", "kl", "vocab")          # import no package module
+LAYERS = ("harness", "science")                       # the two folders below the book's code
+CLAIMS = "science.claims"                             # a subpackage counted as one module
+
+
+def _unit(dotted):
+    """The module of the graph that a dotted name below the package belongs to."""
+    return CLAIMS if dotted == CLAIMS or dotted.startswith(CLAIMS + ".") else dotted
+
+
+def _name(path):
+    """The dotted name below the package of a file of it ("harness.runs", "science.claims")."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+FILES = sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
+MODULES = sorted({_unit(_name(p)) for p in FILES})
+TOP = sorted(m for m in MODULES if "." not in m and m not in LAYERS)     # the book's code
+TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "harness.runs", "sampler", "policy",
+                       "pretrain", "science.experiments")
+PRESENTATION = ("science.report", "science.plots", "science.book", CLAIMS)
+LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab")      # import no package module
 
 
 # ------------------------------------------------------------------ the source
 
-def _package_imports(path, level=1):
-    """The package modules a file names in its import statements, anywhere in the file. `level`:
-    the relative level that reaches the package (2 inside a subpackage, whose own `from .x`
-    imports stay inside it)."""
+def _is_module(dotted):
+    return (PACKAGE.joinpath(*dotted.split(".")).with_suffix(".py").exists()
+            or (PACKAGE.joinpath(*dotted.split(".")) / "__init__.py").exists())
+
+
+def _package_imports(path):
+    """The package modules a file names in its import statements, anywhere in the file: relative
+    imports of any level, `from tinyagent.x.y import`, `from tinyagent.x import module` and
+    `import tinyagent.x.y`, each as the graph's module it reaches."""
+    name = _name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == level:
-            if node.module:                                        # from .x import y
-                found.add(node.module.split(".")[0])
-            else:                                                  # from . import x
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tinyagent."):
-            found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.ImportFrom) and node.module == "tinyagent":
-            found.update(alias.name for alias in node.names if alias.name in MODULES)
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - (node.level - 1)]
+            elif node.module == "tinyagent" or (node.module or "").startswith("tinyagent."):
+                base = node.module.split(".")[1:]
+                node = ast.ImportFrom(module=None, names=node.names, level=0)
+            else:
+                continue
+            target = [*base, *(node.module.split(".") if node.module else [])]
+            for alias in node.names:                                # from .x import module
+                if _is_module(".".join([*target, alias.name])):
+                    found.add(".".join([*target, alias.name]))
+                elif target:
+                    found.add(".".join(target))
         elif isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[1] for alias in node.names
+            found.update(alias.name.split(".", 1)[1] for alias in node.names
                          if alias.name.startswith("tinyagent."))
-    return found
+    return {_unit(m) for m in found} - {_unit(name)}
 
 
 def _module_imports(module):
     """What a module of the package imports; for a subpackage, what its files import together."""
-    if module in SUBPACKAGES:
-        return set().union(*(_package_imports(path, level=2)
-                             for path in (PACKAGE / module).glob("*.py")))
-    return _package_imports(PACKAGE / f"{module}.py")
+    return set().union(*(_package_imports(path) for path in FILES
+                         if _unit(_name(path)) == module))
 
 
 GRAPH = {m: _module_imports(m) for m in MODULES}
@@ -67,6 +93,11 @@ def closure(module):
             seen.add(m)
             todo += GRAPH[m]
     return seen
+
+
+def _packages(modules):
+    """The layer folders a set of modules sits in: importing `harness.runs` loads `harness`."""
+    return {m.split(".")[0] for m in modules if "." in m}
 
 
 def test_every_import_names_a_module_of_the_package():
@@ -119,7 +150,9 @@ def test_arithmetic_stays_light():
 
 
 def test_the_package_face_imports_only_arithmetic_and_reexports_from_where_names_are_defined():
-    assert _package_imports(PACKAGE / "__init__.py") == {"arithmetic"}
+    face = {node.module for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text()))
+            if isinstance(node, ast.ImportFrom) and node.level == 1}
+    assert face == {"arithmetic"}
     import tinyagent
     for module, names in tinyagent._EXPORTS.items():
         defined = set()
@@ -155,9 +188,10 @@ loaded = {}
 for module in sys.argv[1:]:
     for name in [m for m in sys.modules if m.startswith("tinyagent.") and m != "tinyagent.arithmetic"]:
         del sys.modules[name]
-        vars(tinyagent).pop(name.split(".", 1)[1], None)
+        vars(tinyagent).pop(name.split(".")[1], None)
     importlib.import_module(f"tinyagent.{module}")
-    loaded[module] = [sorted({m.split(".")[1] for m in sys.modules if m.startswith("tinyagent.")}),
+    loaded[module] = [sorted({m.split(".", 1)[1] for m in sys.modules
+                              if m.startswith("tinyagent.")}),
                       "torch" in sys.modules]
 print(json.dumps(loaded))
 """
@@ -166,9 +200,9 @@ print(json.dumps(loaded))
 @pytest.fixture(scope="module")
 def fresh():
     """{module: (package modules loaded by `import tinyagent.module`, whether torch was loaded)}."""
-    order = ["report"] + [m for m in MODULES if m != "report"]
+    order = ["science.report"] + [m for m in MODULES if m != "science.report"]
     code = f"import sys; sys.argv[1:] = {order!r}\n" + EACH_FRESH
-    return {m: (set(mods), torch) for m, (mods, torch) in _python(code).items()}
+    return {m: ({_unit(n) for n in mods}, torch) for m, (mods, torch) in _python(code).items()}
 
 
 def test_import_kl_loads_only_the_math_leaf():
@@ -179,14 +213,16 @@ def test_import_kl_loads_only_the_math_leaf():
 
 
 def test_import_report_loads_neither_torch_nor_the_trainer():
-    assert _python(LOADED.format(module="report")) == [
-        ["tinyagent", "tinyagent.arithmetic", "tinyagent.report"], False]
+    assert _python(LOADED.format(module="science.report")) == [
+        ["tinyagent", "tinyagent.arithmetic", "tinyagent.science", "tinyagent.science.report"],
+        False]
 
 
 def test_importing_one_module_loads_only_what_it_imports(fresh):
     assert set(fresh) == set(MODULES)
     for module in MODULES:
         expected = {"arithmetic", module} | closure(module)
+        expected |= _packages(expected)
         assert fresh[module][0] == expected, (module, sorted(fresh[module][0] ^ expected))
 
 
@@ -209,7 +245,8 @@ def test_the_lazy_face_gives_every_public_name_and_every_module():
     for name in tinyagent.__all__:
         value = getattr(tinyagent, name)
         assert value is getattr(sys.modules[f"tinyagent.{tinyagent._DEFINED_IN[name]}"], name)
-    assert set(MODULES) <= set(dir(tinyagent)) and set(tinyagent.__all__) <= set(dir(tinyagent))
+    top_names = {m.split(".")[0] for m in MODULES}        # the book's modules and the two layers
+    assert top_names <= set(dir(tinyagent)) and set(tinyagent.__all__) <= set(dir(tinyagent))
     assert tinyagent.gym is sys.modules["tinyagent.gym"]
     with pytest.raises(AttributeError, match="no_such_name"):
         tinyagent.no_such_name
@@ -231,6 +268,8 @@ def test_a_module_imported_under_another_name_is_the_module():
 
 
 def test_names_the_notebooks_import_from_the_package_still_import():
-    from tinyagent import (RegularizedConfig, RLConfig, diagnostics, load_rl_base,  # noqa: F401
+    from tinyagent import (RegularizedConfig, RLConfig, load_rl_base,  # noqa: F401
                            pass_at_k, token_logprobs, train_rl)
-    from tinyagent import chapter9, checks, claims, experiments, pretrain, runs  # noqa: F401
+    from tinyagent import chapter9, checks, pretrain  # noqa: F401
+    from tinyagent.harness import runs  # noqa: F401
+    from tinyagent.science import claims, diagnostics, experiments, study, verdicts  # noqa: F401

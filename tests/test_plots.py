@@ -1,4 +1,4 @@
-"""Tests of tinyagent.plots: rounding for byte-stable PDFs, the median-and-band plot, and saving
+"""Tests of tinyagent.science.plots: rounding for byte-stable PDFs, the median-and-band plot, and saving
 figures that rebuild to the same bytes."""
 import matplotlib
 
@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tinyagent.plots import median_band, rounded, save_figure, use_style  # noqa: E402
+from tinyagent.science.plots import median_band, rounded, save_figure, use_style  # noqa: E402
 
 
 def test_rounded_hides_differences_far_below_a_pixel():
@@ -54,7 +54,7 @@ def test_save_figure_refuses_artists_it_cannot_round(tmp_path):
 
 
 def test_save_figure_takes_a_stem_or_a_path_one_way(tmp_path):
-    from tinyagent.plots import figure_stem
+    from tinyagent.science.plots import figure_stem
     for name in ("fig", "fig.png", "fig.pdf", "fig.PNG", tmp_path / "fig.png"):
         assert figure_stem(name, tmp_path) == tmp_path / "fig", name
     assert figure_stem("sub/fig.png", tmp_path) == tmp_path / "sub" / "fig"
@@ -80,7 +80,7 @@ def test_save_figure_refuses_what_is_not_a_name(tmp_path):
 
 def test_save_figure_reads_its_paths_as_every_path_is_read(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
-    from tinyagent.plots import figure_stem
+    from tinyagent.science.plots import figure_stem
     assert figure_stem("~/f", tmp_path / "figures") == tmp_path / "f"
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError, match="directory .* is a file"):
@@ -89,7 +89,7 @@ def test_save_figure_reads_its_paths_as_every_path_is_read(monkeypatch, tmp_path
 
 def test_the_committed_figures_are_written_only_when_a_make_step_asks(tmp_path, monkeypatch):
     """`make test` executes 10.7, which saves Figure 10.3: it must change nothing git tracks."""
-    from tinyagent import plots
+    from tinyagent.science import plots
     monkeypatch.setattr(plots, "FIGURES", tmp_path)
     monkeypatch.delenv(plots.WRITE_FIGURES, raising=False)
     fig, ax = plt.subplots()

@@ -142,7 +142,7 @@ def test_only_the_shipped_checkpoint_is_sent_to_pretrain_replace(tmp_path, monke
     with pytest.raises(ValueError, match="corrupted") as err:
         load_policy(tmp_path / "mine.pt")                 # a user's own file: --replace would
     assert "pretrain" not in str(err.value)               # overwrite the shipped agent instead
-    with pytest.raises(ValueError, match="corrupted.*pretrain --replace"):
+    with pytest.raises(ValueError, match="corrupted.*rebuild --replace"):
         load_policy(tmp_path / ".." / tmp_path.name / "rl_base.pt")
 
 
@@ -165,11 +165,11 @@ def test_save_policy_refuses_the_shipped_checkpoint_under_any_spelling(tmp_path,
     os.link(shipped, tmp_path / "hard.pt")
     for path in _spellings(shipped) + [tmp_path / "link.pt", tmp_path / "hard.pt"]:
         assert is_shipped_checkpoint(path), path
-        with pytest.raises(ValueError, match="is the shipped checkpoint .*pretrain --replace"):
+        with pytest.raises(ValueError, match="is the shipped checkpoint .*rebuild --replace"):
             save_policy(Policy(seed=5), path)
     assert (shipped.read_bytes(), shipped.with_suffix(".sha256").read_bytes()) == before
     assert not is_shipped_checkpoint(tmp_path / "mine.pt")
-    save_policy(Policy(seed=5), shipped, replace_shipped=True)    # what pretrain --replace does
+    save_policy(Policy(seed=5), shipped, replace_shipped=True)    # what rebuild --replace does
     assert shipped.read_bytes() != before[0]
 
 

@@ -8,10 +8,11 @@ import torch
 from tinyagent.evaluate import evaluate, heldout_rollout
 from tinyagent.grpo import policy_entropy
 from tinyagent.gym import N_FUNCTIONS, TRAIN_TASKS, parse_call
-from tinyagent import pretrain
+from tinyagent.harness import rebuild
+from tinyagent.harness.rebuild import CHECKPOINT, compare, held_out_behaviour, main
 from tinyagent.policy import Policy, load_rl_base
-from tinyagent.pretrain import (CHECKPOINT, DemoConfig, SFTConfig, compare, demonstrate,
-                                held_out_behaviour, main, make_demonstrations, sft, torch_threads)
+from tinyagent.pretrain import (DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft,
+                                torch_threads)
 from tinyagent.sampler import token_logprobs
 from tinyagent.vocab import ID
 
@@ -110,7 +111,7 @@ def test_compare_calls_an_agent_equivalent_to_itself_and_not_to_an_untrained_one
 
 
 def test_main_writes_beside_the_shipped_checkpoint_and_compares(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pretrain, "build_rl_base", lambda progress: load_rl_base())   # no SFT
+    monkeypatch.setattr(rebuild, "build_rl_base", lambda progress: load_rl_base())   # no SFT
     shipped = CHECKPOINT.read_bytes()
     main(["--out", str(tmp_path / "rl_base.pt"), "--attempts", "2"])
     printed = capsys.readouterr().out
@@ -127,7 +128,8 @@ def test_bad_arguments_stop_before_any_training(argv, tmp_path, capsys):
 
 
 def test_help_runs_without_a_runtime_warning():
-    done = subprocess.run([sys.executable, "-W", "error", "-m", "tinyagent.pretrain", "--help"],
+    done = subprocess.run([sys.executable, "-W", "error", "-m", "tinyagent.harness.rebuild",
+                           "--help"],
                           capture_output=True, text=True)
     assert done.returncode == 0 and done.stderr == ""
 
@@ -140,7 +142,7 @@ def test_shipped_checkpoint_loads_with_its_checksum():
 def test_the_shipped_checkpoint_under_any_spelling_needs_replace(tmp_path, monkeypatch, capsys):
     def no_training(progress):
         raise AssertionError("main started training")
-    monkeypatch.setattr(pretrain, "build_rl_base", no_training)
+    monkeypatch.setattr(rebuild, "build_rl_base", no_training)
     (tmp_path / "link.pt").symlink_to(CHECKPOINT)
     relative = os.path.relpath(CHECKPOINT.parent / ".." / "checkpoints" / CHECKPOINT.name)
     shipped = CHECKPOINT.read_bytes()

@@ -1,11 +1,11 @@
-"""Tests of tinyagent.report: tables of numbers, summaries over seeds, and the claims rule."""
+"""Tests of tinyagent.science.report: tables of numbers, summaries over seeds, and the claims rule."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tinyagent.report import (Claim, book_vs_ours, category, logged_series, over_seeds,
+from tinyagent.science.report import (Claim, book_vs_ours, category, logged_series, over_seeds,
                               paired_differences,
                               quantiles_over_seeds, score_claims)
 
@@ -149,7 +149,7 @@ def test_score_claims_refuses_a_nan_measure_instead_of_calling_it_a_failure():
 
 
 def test_rounded_table_rounds_each_column_and_shows_no_negative_zero():
-    from tinyagent.report import rounded_table
+    from tinyagent.science.report import rounded_table
     table = rounded_table(pd.DataFrame({"a": [-1e-9, 0.12345], "b": [-0.0004, 2.5]}), {"a": 3, "b": 2})
     assert table["a"].tolist() == [0.0, 0.123] and table["b"].tolist() == [0.0, 2.5]
     assert not np.signbit(table.to_numpy()).any()

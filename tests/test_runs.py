@@ -1,15 +1,15 @@
-"""Tests of tinyagent.runs: run keys (config, code, arithmetic) and runs computed in worker
+"""Tests of tinyagent.harness.runs: run keys (config, code, arithmetic) and runs computed in worker
 processes or in-process."""
 from dataclasses import replace
 
 import pytest
 import torch
 
-from tinyagent import runs
-from tinyagent.experiments import COMPARISON
+from tinyagent.harness import runs
+from tinyagent.science.experiments import COMPARISON
 from tinyagent.policy import Policy
 from tinyagent.regularize import RegularizedConfig
-from tinyagent.runs import policy_digest
+from tinyagent.harness.runs import policy_digest
 
 
 def test_a_run_is_keyed_by_its_code_and_the_arithmetic_it_is_computed_under(monkeypatch):
@@ -68,7 +68,8 @@ def test_an_empty_TINYAGENT_RUNS_does_not_put_the_cache_in_the_current_directory
     import os
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", "from tinyagent import runs; print(runs.CACHE_DIR)"],
+    done = subprocess.run([sys.executable, "-c",
+                           "from tinyagent.harness import runs; print(runs.CACHE_DIR)"],
                           env={**os.environ, "TINYAGENT_RUNS": ""}, cwd=tmp_path,
                           capture_output=True, text=True, check=True)
     assert done.stdout.strip() == str(runs.PACKAGE.parent / ".cache" / "runs")
@@ -80,7 +81,7 @@ def test_a_run_from_standard_input_completes_in_process(tmp_path):
     import subprocess
     import sys
     code = ("from tinyagent.regularize import RegularizedConfig\n"
-            "from tinyagent.runs import regularized_run\n"
+            "from tinyagent.harness.runs import regularized_run\n"
             "run = regularized_run(RegularizedConfig(tasks_per_step=2), steps=1)\n"
             "print(len(run['history']))\n")
     done = subprocess.run([sys.executable, "-"], input=code, env={**os.environ,
@@ -92,7 +93,7 @@ def test_workers_from_standard_input_are_refused_with_what_to_do(tmp_path):
     import os
     import subprocess
     import sys
-    code = ("from tinyagent.experiments import comparison_runs\n"
+    code = ("from tinyagent.science.experiments import comparison_runs\n"
             "comparison_runs(['none', 'entropy 0.1'], seeds=(1,), steps=1, workers=2)\n")
     done = subprocess.run([sys.executable, "-"], input=code, env={**os.environ,
                           "TINYAGENT_RUNS": str(tmp_path)}, capture_output=True, text=True)

@@ -1,13 +1,13 @@
-"""Tests of tinyagent.study: its records are plain data, refused when made by other code, and the
+"""Tests of tinyagent.science.study: its records are plain data, refused when made by other code, and the
 committed study holds every run it promises."""
 import gzip
 import json
 
 import pytest
 
-from tinyagent import study
+from tinyagent.science import study
 from tinyagent.policy import Policy
-from tinyagent.runs import CODE_VERSION
+from tinyagent.harness.runs import CODE_VERSION
 
 
 def fake_run(seed=0):
@@ -59,6 +59,6 @@ def test_the_committed_pilot_is_complete_and_every_record_carries_its_identity()
 
 
 def test_every_study_agent_loads_under_its_checksum_and_the_agents_differ():
-    from tinyagent.runs import policy_digest
+    from tinyagent.harness.runs import policy_digest
     digests = {policy_digest(study.load_agent(agent)) for agent in study.AGENTS}
     assert len(digests) == len(study.AGENTS)                     # built independently

@@ -2,14 +2,14 @@
 every kernel a run reaches must compute here, on fixed inputs at a run's shapes, the bits it
 computed there. On an AMD machine this compares with the Intel files and on an Intel machine with
 the AMD ones, so the next machine of either vendor carries the other's numbers. Record a new CPU's
-file with `python -m tinyagent.probe > tests/data/arith/VENDOR-MODEL.json`."""
+file with `python -m tinyagent.harness.probe > tests/data/arith/VENDOR-MODEL.json`."""
 import json
 from pathlib import Path
 
 import pytest
 
 from tinyagent.arithmetic import torch_threads
-from tinyagent.probe import LIBRARY_FAMILIES, differences, machine, probe
+from tinyagent.harness.probe import LIBRARY_FAMILIES, differences, machine, probe
 
 pytestmark = pytest.mark.recorded_bits
 FILES = sorted(p for p in (Path(__file__).parent / "data" / "arith").glob("*.json")
@@ -44,5 +44,5 @@ def test_the_files_cover_more_than_this_machines_vendor_or_say_what_is_missing()
     mine = machine()["vendor"]
     if vendors <= {mine}:
         pytest.skip(f"every file in tests/data/arith/ is from {mine}: record this machine's with "
-                    f"`python -m tinyagent.probe` on a CPU of the other vendor")
+                    f"`python -m tinyagent.harness.probe` on a CPU of the other vendor")
     assert vendors - {mine}

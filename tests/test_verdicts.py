@@ -1,10 +1,10 @@
-"""Tests of tinyagent.verdicts: the stratified bootstrap, the interval rule, the re-draw check and
+"""Tests of tinyagent.science.verdicts: the stratified bootstrap, the interval rule, the re-draw check and
 the book's numbers placed in our distribution."""
 import numpy as np
 import pytest
 
-from tinyagent.report import Claim
-from tinyagent.verdicts import (book_in_distribution, claim_verdicts, halves, measures,
+from tinyagent.science.report import Claim
+from tinyagent.science.verdicts import (book_in_distribution, claim_verdicts, halves, measures,
                                 redraw_check, stratified_interval, verdict)
 
 
@@ -93,7 +93,7 @@ def test_the_live_k_of_n_sits_beside_the_study_verdict():
 
 
 def test_the_margin_is_how_far_an_interval_can_widen_before_its_verdict_changes():
-    from tinyagent.verdicts import margin
+    from tinyagent.science.verdicts import margin
     above = lambda v: v > 0                                        # noqa: E731
     assert margin(above, 0.1, 0.3) == pytest.approx(0.5, abs=0.03)  # widened by 0.1 it reaches 0
     assert margin(above, 1.0, 1.1) == 5.0                          # far from 0: the cap

@@ -25,7 +25,7 @@ the same bits on any CPU), and what remains of a run is ATen's code, chosen by o
 
 A list can miss a library, so the arithmetic is also checked by what it computes
 (fingerprint.py). `import tinyagent` sets the variables (unless the environment already says
-otherwise), and the run workers of `tinyagent.runs` are always started with them. Imports
+otherwise), and the run workers of `tinyagent.harness.runs` are always started with them. Imports
 nothing from the package, and torch only inside functions, so that it can run before torch
 computes anything.
 """

@@ -7,7 +7,7 @@ import torch
 
 from .arithmetic import torch_threads
 from .checks import int_in, nonempty_list, positive_int, seed_int, temperature as check_temperature
-from .fingerprint import check_arithmetic
+from .harness.fingerprint import check_arithmetic
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS, merge_spellings
 from .sampler import rollout, token_logprobs

@@ -13,7 +13,7 @@ from tqdm.auto import trange
 from .arithmetic import torch_threads
 from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
                      temperature)
-from .fingerprint import check_arithmetic
+from .harness.fingerprint import check_arithmetic
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs

@@ -222,12 +222,12 @@ def save_policy(policy, path, replace_shipped=False):
     """Write the checkpoint (`path` ends in .pt) and its `.sha256` file beside it, each written
     atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256.
     The shipped checkpoint is refused under any spelling unless `replace_shipped` is True (what
-    `python -m tinyagent.pretrain --replace` passes)."""
+    `python -m tinyagent.harness.rebuild --replace` passes)."""
     path = path_arg("path", path)
     sums = _checksum_path(path)
     if not replace_shipped and (is_shipped_checkpoint(path) or is_shipped_checkpoint(sums)):
         raise ValueError(f"{path} is the shipped checkpoint {RL_BASE_CHECKPOINT}; save elsewhere, "
-                         f"or rebuild it with `python -m tinyagent.pretrain --replace`")
+                         f"or rebuild it with `python -m tinyagent.harness.rebuild --replace`")
     data = _state_bytes(policy)
     digest = hashlib.sha256(data).hexdigest()
     write_atomically(path, data)      # killed before the next line: the checksums differ, and
@@ -248,8 +248,8 @@ def load_policy(path):
     expected = _recorded_checksum(sums)
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
-        advice = ("rebuild it with `python -m tinyagent.pretrain --replace`" if is_shipped_checkpoint(path)
-                  else "save it again, or restore both files from your copy")
+        advice = ("rebuild it with `python -m tinyagent.harness.rebuild --replace`"
+                  if is_shipped_checkpoint(path) else "save it again, or restore both files from your copy")
         raise ValueError(f"checkpoint {path} is corrupted or was changed after its checksum was "
                          f"written: sha256 {actual[:12]}... does not match the "
                          f"{expected[:12]}... recorded in {sums.name}; {advice}")
@@ -278,5 +278,5 @@ def load_policy(path):
 
 def load_rl_base():
     """The shipped RL base agent (the SFT checkpoint RL starts from), checksum-verified.
-    `python -m tinyagent.pretrain --replace` rebuilds it in place."""
+    `python -m tinyagent.harness.rebuild --replace` rebuilds it in place."""
     return load_policy(RL_BASE_CHECKPOINT)

@@ -2,9 +2,9 @@
 committed as plain data, so that a verdict about a regularizer rests on 60 runs per setting and on
 more than one SFT checkpoint, not on the five live seeds of one.
 
-    python -m tinyagent.study                       # compute what is missing (resumable), write
+    python -m tinyagent.science.study                       # compute what is missing (resumable), write
                                                     # tinyagent/data/study_runs.jsonl
-    python -m tinyagent.study --cluster tcp://host:8786    # the same runs on a Dask cluster
+    python -m tinyagent.science.study --cluster tcp://host:8786    # the same runs on a Dask cluster
 
 The base agents are the shipped RL base agent and two more built the same way from other seeds
 (demonstrations and SFT: `pretrain.build_rl_base`), each checked against the regime the chapter
@@ -20,12 +20,12 @@ import hashlib
 import json
 import time
 
-from .cluster import dask_executor
+from ..harness.cluster import dask_executor
 from .experiments import COMPARISON, STEPS, seeded
-from .files import write_atomically
-from .fingerprint import EXPECTED
-from .pretrain import held_out_behaviour
-from .runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs
+from ..files import write_atomically
+from ..harness.fingerprint import EXPECTED
+from ..harness.rebuild import held_out_behaviour
+from ..harness.runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs
 
 AGENTS = (SHIPPED_AGENT, "agent_1", "agent_2")     # agent_k: demonstrations and SFT at seed k
 SEEDS = tuple(range(20))
@@ -38,7 +38,7 @@ PILOT = PACKAGE / "data" / "pilot_runs.jsonl.gz"
 AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each agent's regime check
 # Fixed before the two new agents were built: the chapter's base agent reads in 0.21-0.24 of
 # episodes with entropy about 0.55 nats; ours must land near it for the study to test the
-# chapter's regime (held-out, 640 episodes: `pretrain.held_out_behaviour`).
+# chapter's regime (held-out, 640 episodes: `harness.rebuild.held_out_behaviour`).
 REGIME = {"reads": (0.15, 0.30), "entropy": (0.40, 0.60), "pass@1": (0.12, 0.32)}
 DIGITS = 6          # significant digits kept of each logged number (the tables print 3)
 

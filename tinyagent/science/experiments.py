@@ -2,9 +2,9 @@
 asks the run cache for the same runs (and finds the ones another notebook computed)."""
 from dataclasses import replace
 
-from .regularize import RegularizedConfig
-from .policy import load_rl_base
-from .runs import policy_from_state, regularized_runs
+from ..regularize import RegularizedConfig
+from ..policy import load_rl_base
+from ..harness.runs import policy_from_state, regularized_runs
 
 STEPS = 40                  # the chapter's runs are 40 steps long
 SEEDS = (0, 1, 2, 3, 4)     # every claim is scored on five seeds; seed 0 is the book's layout

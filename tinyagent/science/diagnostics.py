@@ -12,12 +12,12 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from .evaluate import ATTEMPTS, EVAL_SEED
-from .gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
+from ..evaluate import ATTEMPTS, EVAL_SEED
+from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
                   call_ended, parse_call)
-from .kl import kl_penalty
-from .sampler import token_logprobs
-from .vocab import ID, KIND_IDS, NAME_IDS, WORDS
+from ..kl import kl_penalty
+from ..sampler import token_logprobs
+from ..vocab import ID, KIND_IDS, NAME_IDS, WORDS
 
 # ------------------------------------------------------------------ one run in numbers
 

@@ -19,24 +19,38 @@ from pathlib import Path
 
 import torch
 
-from .checks import directory
-from .files import write_atomically
+from ..checks import directory
+from ..files import write_atomically
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]          # tinyagent/
+
+
+def module_path(name):
+    """The file of the package's module `name`, dotted below the package ("harness.runs")."""
+    path = PACKAGE.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _package_of(name):
+    """The dotted package (below tinyagent) that module `name`'s relative imports start from."""
+    is_package = module_path(name).name == "__init__.py"
+    return name.split(".") if is_package else name.split(".")[:-1]
 
 
 def imported_modules(name):
     """The package's modules that `name` imports, directly or not (itself included), read from
-    their `from .x import` statements."""
+    their relative `from .x import` statements at any level."""
     seen, todo = set(), [name]
     while todo:
         module = todo.pop()
         if module in seen:
             continue
         seen.add(module)
-        tree = ast.parse((PACKAGE / f"{module}.py").read_text())
-        todo += [node.module for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module]
+        package = _package_of(module)
+        for node in ast.walk(ast.parse(module_path(module).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level >= 1 and node.module:
+                base = package[:len(package) - (node.level - 1)]
+                todo.append(".".join([*base, node.module]))
     return sorted(seen)
 
 
@@ -60,7 +74,7 @@ def code_digest(name):
     cannot relabel old results)."""
     h = hashlib.sha256()
     for module in imported_modules(name):
-        h.update(source_digest((PACKAGE / f"{module}.py").read_text()).encode())
+        h.update(source_digest(module_path(module).read_text()).encode())
     return h.hexdigest()
 
 

@@ -1,7 +1,7 @@
 """`make bench`: how fast TinyAgent trains on this machine (a benchmark, not a test).
 
-    python -m tinyagent.bench                   # this code, then 26560f8 side by side, and the ratio
-    python -m tinyagent.bench --against REV     # another revision as the baseline (git is needed)
+    python -m tinyagent.harness.bench                # this code, then 26560f8 side by side, the ratio
+    python -m tinyagent.harness.bench --against REV  # another revision as the baseline (needs git)
 
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
@@ -29,16 +29,16 @@ from multiprocessing import get_context
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from . import matmul
-from .arithmetic import PINS, mkl_branch
+from .. import matmul
+from ..arithmetic import PINS, mkl_branch
 from .fingerprint import matches
-from .evaluate import evaluate
-from .grpo import RLConfig, frozen_copy, train_rl
-from .policy import load_rl_base
+from ..evaluate import evaluate
+from ..grpo import RLConfig, frozen_copy, train_rl
+from ..policy import load_rl_base
 
 STEPS = 40
 BASELINE = "26560f8"     # the last code whose products ran MKL (before tinyagent/matmul.c)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def timed_run(seed=0, steps=STEPS):
@@ -103,8 +103,10 @@ def kernel_rate(shape=(768, 66, 198), repeats=50):
 
 
 SFT_STEPS = 300      # a twelfth of SFT's 3,500 steps: its speed, not its result
+# The baseline revision may be older than the harness folder (its bench was tinyagent/bench.py).
 TIMED = ("import json, time, torch; torch.set_num_threads(1)\n"
-         "from tinyagent.bench import timed_run\n"
+         "try:\n    from tinyagent.harness.bench import timed_run\n"
+         "except ModuleNotFoundError:\n    from tinyagent.bench import timed_run\n"
          "from tinyagent.policy import Policy\n"
          "from tinyagent.pretrain import SFTConfig, make_demonstrations, sft\n"
          "run = timed_run()\n"

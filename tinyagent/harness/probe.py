@@ -8,7 +8,7 @@ attention computed as the policy computes them (matmul.c, erf): `matmul_*`, `gel
 `attention_*`. tests/data/arith/ holds the hashes measured on each CPU the project has met, and
 tests/test_vendor.py compares this machine's with all of them.
 
-    python -m tinyagent.probe > tests/data/arith/NAME.json     # record this machine's
+    python -m tinyagent.harness.probe > tests/data/arith/NAME.json     # record this machine's
 """
 import hashlib
 import json
@@ -19,9 +19,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .arithmetic import PINS, pin_environment, torch_threads
-from .policy import CausalSelfAttention, gelu
-from .matmul import linear
+from ..arithmetic import PINS, pin_environment, torch_threads
+from ..policy import CausalSelfAttention, gelu
+from ..matmul import linear
 
 TOKEN_COUNTS = (1, 8, 13, 32, 64, 96, 104, 128, 200, 256, 270, 300, 384, 512, 640, 768, 1024,
                 2048, 3072)

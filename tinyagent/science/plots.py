@@ -13,12 +13,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.collections import PolyCollection
 
-from .checks import directory as directory_arg, path as path_arg
+from ..checks import directory as directory_arg, path as path_arg
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
 PALETTE = ("tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")
-FIGURES = Path(__file__).resolve().parent.parent / "figures"
+FIGURES = Path(__file__).resolve().parents[2] / "figures"
 SUFFIXES = (".png", ".pdf")        # a figure is saved as both
 
 

@@ -20,14 +20,14 @@ from multiprocessing import get_context
 import torch
 from tqdm.auto import tqdm
 
-from .arithmetic import pinned_environment
+from ..arithmetic import pinned_environment
 from .cache import PACKAGE, cached, code_digest, lookup
-from .checks import env_flag, env_path, env_positive_int, instance, positive_int
-from .evaluate import evaluate
+from ..checks import env_flag, env_path, env_positive_int, instance, positive_int
+from ..evaluate import evaluate
 from .fingerprint import check_arithmetic, fingerprint, matches, mismatch_message
-from .grpo import frozen_copy
-from .policy import RL_BASE_CHECKPOINT, load_policy, load_rl_base
-from .regularize import RegularizedConfig, train_regularized
+from ..grpo import frozen_copy
+from ..policy import RL_BASE_CHECKPOINT, load_policy, load_rl_base
+from ..regularize import RegularizedConfig, train_regularized
 
 # TINYAGENT_RUNS="" counts as unset: an empty path would put the cache in the current directory.
 CACHE_DIR = env_path("TINYAGENT_RUNS", PACKAGE.parent / ".cache" / "runs")
@@ -35,7 +35,7 @@ CACHE_DIR = env_path("TINYAGENT_RUNS", PACKAGE.parent / ".cache" / "runs")
 # so that no bar ends up in the stored outputs.
 SHOW_PROGRESS = env_flag("TINYAGENT_PROGRESS", True)
 # The code runs depend on, as this process imported it, and the shipped agent it evaluates against.
-CODE_VERSION = code_digest("runs") + RL_BASE_CHECKPOINT.with_suffix(".sha256").read_text().strip()
+CODE_VERSION = code_digest("harness.runs") + RL_BASE_CHECKPOINT.with_suffix(".sha256").read_text().strip()
 SHIPPED_AGENT = "rl_base"
 
 

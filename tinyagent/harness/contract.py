@@ -8,8 +8,8 @@ compare recorded bits, checks 10.1-10.5 strictly and executes 10.6-10.8 and the 
 end under nbval's --nbval-lax, which compares only the cells marked `# NBVAL_CHECK_OUTPUT` (those
 whose output does not depend on a trained run's digits), then says how many cells it compared.
 
-    python -m tinyagent.contract                 exit 0 where the bits are promised, else 1 and why
-    python -m tinyagent.contract --summary NB..  the closing line of a lax run
+    python -m tinyagent.harness.contract                 exit 0 where the bits are promised, else 1 and why
+    python -m tinyagent.harness.contract --summary NB..  the closing line of a lax run
 
 TINYAGENT_IMITATE_PLATFORM=arm64 (say) makes this module answer as another platform would; the
 tests use it to show the lax path.

@@ -8,7 +8,7 @@ step. The SHA-256 of every byte that computation produces is the fingerprint. An
 rounds one product differently, listed or not, changes it.
 
 The computation is hashed by parts (sampling, forward, backward, optimizer step), recorded in
-`EXPECTED_PARTS` when the stored outputs were computed (`python -m tinyagent.fingerprint --parts`
+`EXPECTED_PARTS` when the stored outputs were computed (`python -m tinyagent.harness.fingerprint --parts`
 prints this process's), so that a mismatch names the first part whose bits differ and the kernels
 in it; `EXPECTED`, one hash over the parts, is what the run cache keys by. Training, evaluation, SFT and
 every run worker call `check_arithmetic()` before they compute: a mismatch warns once per process,
@@ -21,10 +21,10 @@ import warnings
 
 import torch
 
-from .arithmetic import PINS, torch_threads
-from .gym import TRAIN_TASKS
-from .policy import Policy
-from .sampler import rollout, token_logprobs
+from ..arithmetic import PINS, torch_threads
+from ..gym import TRAIN_TASKS
+from ..policy import Policy
+from ..sampler import rollout, token_logprobs
 
 # What each part of the computation reaches, so that a mismatch names where the bits part.
 PARTS = {
@@ -36,7 +36,7 @@ PARTS = {
                 "layer norm, softmax, log-softmax, erf and exp, the embeddings' sums)",
     "optimizer": "one Adam step (ATen's foreach arithmetic: lerp, sqrt, division)",
 }
-# Recorded under the pins (`python -m tinyagent.fingerprint` prints this process's parts).
+# Recorded under the pins (`python -m tinyagent.harness.fingerprint` prints this process's parts).
 EXPECTED_PARTS = {
     "sampling": "e6783fdae00bc2bb49360ff1c3adadee29df28fe0e5b82ef8647524a374973ae",
     "forward": "c47cfd8c5b02b44b171f69cd71be8fe616f87ed4c44e379adc3532b5ce42875b",

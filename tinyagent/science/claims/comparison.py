@@ -2,9 +2,9 @@
 import math
 
 from ..book import SECTION_10_7, SECTION_10_7_EXTRA
-from ..gym import BLIND_CEILING
+from ...gym import BLIND_CEILING
 from ..report import PASS1_NOISE, Claim
-from ..vocab import VOCAB_SIZE
+from ...vocab import VOCAB_SIZE
 from .signs import negative, positive
 
 # One result per seed: {label: diagnostics.run_summary(run)} for the nine settings of

@@ -1,7 +1,7 @@
 """`make doctor`: whether this machine's runs will reproduce the stored numbers, in a few lines.
 
-    python -m tinyagent.doctor                  the report (a few seconds: it computes the fingerprint)
-    python -m tinyagent.doctor --quiet-if-ok    nothing when the arithmetic matches (`make test`)
+    python -m tinyagent.harness.doctor                  the report (a few seconds: it computes the fingerprint)
+    python -m tinyagent.harness.doctor --quiet-if-ok    nothing when the arithmetic matches (`make test`)
 
 It reports the Python, the pinned packages against pyproject.toml's pins, the platform, the pins in
 force, and whether the arithmetic fingerprint (fingerprint.py) matches the stored one, and ends
@@ -25,11 +25,11 @@ from importlib import metadata
 from pathlib import Path
 
 from . import fingerprint as fp
-from .arithmetic import PINS, mkl_branch
+from ..arithmetic import PINS, mkl_branch
 from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")   # the runs and the fingerprint set their own
 ALIASES = {"DNNL_MAX_CPU_ISA": "ONEDNN_MAX_CPU_ISA"}          # oneDNN's older name for the same setting
 MKL_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3",
@@ -128,10 +128,10 @@ def shell_environ(shell_env):
 
 def fingerprint_under(environ):
     """The fingerprint a fresh process computes under `environ`."""
-    done = subprocess.run([sys.executable, "-m", "tinyagent.fingerprint"], env=environ,
+    done = subprocess.run([sys.executable, "-m", "tinyagent.harness.fingerprint"], env=environ,
                           capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
-        raise RuntimeError(f"python -m tinyagent.fingerprint failed:\n{done.stderr}")
+        raise RuntimeError(f"python -m tinyagent.harness.fingerprint failed:\n{done.stderr}")
     return done.stdout.split()[-1]
 
 
@@ -223,7 +223,7 @@ def parse_shell_env(items):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m tinyagent.doctor", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tinyagent.harness.doctor", description=__doc__.split("\n")[0])
     parser.add_argument("--quiet-if-ok", action="store_true",
                         help="print nothing when the runs will reproduce the stored numbers")
     parser.add_argument("--shell-env", nargs="*", metavar="NAME=value",
