@@ -1,7 +1,9 @@
 """The README's import rules, checked twice: on the package's source (which module names which, by
 its import statements) and at run time (what a fresh interpreter loads on `import tinyagent.x`).
 
-The rules: the math leaf `kl` imports only torch; the gym never imports the model, nor the model
+The rules: three layers, imports pointing one way: the book's code (the modules of `tinyagent/`)
+imports neither `harness/` nor `science/`, the harness imports only the book's code, the science
+imports both (and nothing imports the science); the math leaf `kl` imports only torch; the gym never imports the model, nor the model
 the gym; Chapter 9's `grpo` never imports Chapter 10's `regularize`; nothing that trains or
 evaluates imports `report`, `plots` or `book` (or a claims module); importing one module loads only
 what it imports, so the package's `__init__` is a lazy face over `arithmetic`.
@@ -103,6 +105,59 @@ def _packages(modules):
 def test_every_import_names_a_module_of_the_package():
     for module, imported in GRAPH.items():
         assert imported <= set(MODULES), f"{module} imports {sorted(imported - set(MODULES))}"
+
+
+def _layer(module):
+    """"" for the book's code at the top, else the folder it sits in ("harness", "science")."""
+    first = module.split(".")[0]
+    return first if first in LAYERS else ""
+
+
+def test_the_layers_are_the_ones_the_design_names():
+    assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluate",
+                        "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul"}
+    assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
+        f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
+                                 "contract", "probe", "rebuild")}
+    assert {m for m in MODULES if _layer(m) == "science"} == {"science", CLAIMS} | {
+        f"science.{m}" for m in ("experiments", "study", "verdicts", "report", "book", "plots",
+                                 "diagnostics")}
+
+
+# What the book's code still imports from the harness until the fingerprint check leaves the
+# trainer, the evaluation and SFT for the harness's entry points (issue 29, the next step).
+NOT_YET = {"grpo": {"harness.fingerprint"}, "evaluate": {"harness.fingerprint"},
+           "pretrain": {"harness.fingerprint"}}
+
+
+def test_the_books_code_imports_neither_the_harness_nor_the_science():
+    for module in TOP:
+        below = {m for m in GRAPH[module] if _layer(m)} - NOT_YET.get(module, set())
+        assert not below, f"{module} (the book's code) imports {sorted(below)}"
+
+
+def test_the_harness_imports_only_the_books_code_and_itself():
+    for module in (m for m in MODULES if _layer(m) == "harness"):
+        science = {m for m in GRAPH[module] if _layer(m) == "science"}
+        assert not science, f"{module} (the harness) imports {sorted(science)}"
+
+
+def test_the_science_imports_both_and_nothing_imports_the_science():
+    science = [m for m in MODULES if _layer(m) == "science"]
+    reached = set().union(*(GRAPH[m] for m in science))
+    assert {_layer(m) for m in reached} == {"", "harness", "science"}
+    for module in (m for m in MODULES if _layer(m) != "science"):
+        assert not {m for m in GRAPH[module] if _layer(m) == "science"}, module
+
+
+def test_the_direction_holds_at_run_time(fresh):
+    """Importing a module of the book's code loads no module of the harness or the science, and
+    importing one of the harness loads none of the science."""
+    allowed = {"": {""}, "harness": {"", "harness"}, "science": {"", "harness", "science"}}
+    for module in MODULES:
+        exempt = set().union(*(NOT_YET.get(m, set()) for m in {module} | closure(module)))
+        loaded = {_layer(m) for m in fresh[module][0] - exempt - _packages(exempt)}
+        assert loaded <= allowed[_layer(module)], (module, sorted(fresh[module][0]))
 
 
 def test_imports_point_one_way():
