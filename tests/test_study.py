@@ -62,3 +62,21 @@ def test_every_study_agent_loads_under_its_checksum_and_the_agents_differ():
     from tinyagent.harness.runs import policy_digest
     digests = {policy_digest(study.load_agent(agent)) for agent in study.AGENTS}
     assert len(digests) == len(study.AGENTS)                     # built independently
+
+
+def test_the_declared_plan_names_every_claim_with_an_estimand_the_rule_knows():
+    """tinyagent/data/study_plan.json, committed before the fresh draw: every claim of 10.7's table
+    and figure and of 10.8's logs has one estimand of the rule's kinds; a rope goes only with an
+    equivalence claim; the design's size is its agents x seeds x settings."""
+    from tinyagent.science.claims import (beta_size_claims, comparison_claims,
+                                          entropy_fall_claims, figure_claims)
+    plan = json.loads((study.PACKAGE / "data" / "study_plan.json").read_text())
+    claims = comparison_claims() + figure_claims() + entropy_fall_claims() + beta_size_claims()
+    assert set(plan["claims"]) == {c.key for c in claims}
+    kinds = set(plan["rule"]["estimands"])
+    for key, entry in plan["claims"].items():
+        assert entry["estimand"] in kinds and entry["why"], key
+        assert ("rope" in entry) == (entry["estimand"] == "equivalence of the mean"), key
+    design = plan["design"]
+    assert len(design["agents"]) >= 5 and len(set(design["agents"])) == len(design["agents"])
+    assert design["runs"] == len(design["agents"]) * 20 * len(study.SETTINGS)
