@@ -1,4 +1,11 @@
-"""Tests of tinyagent.harness.cache: keys, atomic writes, locks, plain data only, bad files recomputed."""
+"""Tests of tinyagent.harness.cache: keys, atomic writes, locks, plain data only, bad files
+recomputed, and the code hash that keys every run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -137,6 +144,67 @@ def test_the_code_digest_covers_every_module_runs_imports():
                  "science.experiments", "science.study", "harness.cluster"):
         assert name not in modules
     assert code_digest("harness.runs") != code_digest("kl")
+
+
+def test_imported_modules_follows_every_form_of_import_at_any_depth(tmp_path, monkeypatch):
+    """A package laid out like ours, deeper: relative imports of levels 1-3, `from . import m`,
+    `from tinyagent.x.y import`, `from tinyagent.x import module`, `import tinyagent.x.y`, an
+    import inside a function; each package's __init__ counts, and a stdlib import does not."""
+    files = {
+        "__init__.py": "from .leaf import x\n",
+        "leaf.py": "import os\nx = 1\n",
+        "other.py": "y = 2\n",
+        "deep/__init__.py": "",
+        "deep/er/__init__.py": "from . import sibling\n",
+        "deep/er/sibling.py": "from ...other import y\n",
+        "deep/er/entry.py": ("from ..mid import z\n"
+                             "from tinyagent.deep.er.absolute import w\n"
+                             "import tinyagent.plain\n"
+                             "def f():\n    from tinyagent.deep import lazy\n"),
+        "deep/mid.py": "from ..leaf import x\nz = 3\n",
+        "deep/er/absolute.py": "w = 4\n",
+        "plain.py": "",
+        "deep/lazy.py": "",
+        "unused.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(cache, "PACKAGE", tmp_path)
+    assert imported_modules("deep.er.entry") == sorted([
+        "__init__", "leaf", "deep", "deep.er", "deep.er.entry", "deep.mid", "deep.er.absolute",
+        "plain", "deep.lazy", "deep.er.sibling", "other"])       # the last two: deep/er/__init__'s
+    assert imported_modules("deep.er") == sorted(["__init__", "leaf", "deep", "deep.er",
+                                                  "deep.er.sibling", "other"])
+    before = code_digest("deep.er.entry")
+    (tmp_path / "deep" / "lazy.py").write_text("v = 5\n")      # a module three levels away
+    assert code_digest("deep.er.entry") != before
+
+
+# A run as a notebook asks for it (in-process: this interpreter computes the pinned arithmetic),
+# then every package module the process has loaded, by its dotted name below the package.
+A_RUN = """
+import json, sys
+from tinyagent.harness.runs import regularized_runs
+from tinyagent.regularize import RegularizedConfig
+regularized_runs([{"cfg": RegularizedConfig(tasks_per_step=1, group_size=2, kl_coef=0.1,
+                                            entropy_coef=0.01), "steps": 1}],
+                 workers=1, progress=False)
+print(json.dumps(sorted("__init__" if m == "tinyagent" else m.split(".", 1)[1]
+                        for m in sys.modules if m == "tinyagent" or m.startswith("tinyagent."))))
+"""
+
+
+@pytest.mark.recorded_bits
+def test_the_code_hash_covers_every_module_a_run_imports(tmp_path):
+    env = {**os.environ, "TINYAGENT_RUNS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", A_RUN], env=env, capture_output=True, text=True,
+                          cwd=Path(cache.__file__).parents[2], timeout=600)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "harness.runs" in loaded and "regularize" in loaded
+    missing = loaded - set(imported_modules("harness.runs"))
+    assert not missing, f"a run imports {sorted(missing)}, which the code hash leaves out"
 
 
 def test_a_result_of_none_is_stored_and_loaded_like_any_other(tmp_path):

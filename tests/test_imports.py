@@ -3,10 +3,11 @@ its import statements) and at run time (what a fresh interpreter loads on `impor
 
 The rules: three layers, imports pointing one way: the book's code (the modules of `tinyagent/`)
 imports neither `harness/` nor `science/`, the harness imports only the book's code, the science
-imports both (and nothing imports the science); the math leaf `kl` imports only torch; the gym never imports the model, nor the model
-the gym; Chapter 9's `grpo` never imports Chapter 10's `regularize`; nothing that trains or
-evaluates imports `report`, `plots` or `book` (or a claims module); importing one module loads only
-what it imports, so the package's `__init__` is a lazy face over `arithmetic`.
+imports both (and nothing imports the science); the math leaf `kl` imports only torch; the gym
+never imports the model, nor the model the gym; Chapter 9's `grpo` never imports Chapter 10's
+`regularize`; nothing that trains or evaluates imports `report`, `plots` or `book` (or a claims
+module); importing one module loads only what it imports, so the package's `__init__` is a lazy
+face over `arithmetic`.
 """
 import ast
 import json

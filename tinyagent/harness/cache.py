@@ -26,31 +26,62 @@ PACKAGE = Path(__file__).resolve().parents[1]          # tinyagent/
 
 
 def module_path(name):
-    """The file of the package's module `name`, dotted below the package ("harness.runs")."""
+    """The file of the package's module `name`, dotted below the package ("harness.runs"; the
+    package's own face is "__init__")."""
     path = PACKAGE.joinpath(*name.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def _package_of(name):
-    """The dotted package (below tinyagent) that module `name`'s relative imports start from."""
-    is_package = module_path(name).name == "__init__.py"
-    return name.split(".") if is_package else name.split(".")[:-1]
+def _is_module(name):
+    path = PACKAGE.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _packages(name):
+    """The packages Python runs before module `name`: the face, then each folder's __init__."""
+    parts = [] if name == "__init__" else name.split(".")[:-1]
+    return ["__init__"] + [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _imports(name):
+    """The package's modules that module `name`'s import statements name, anywhere in its file:
+    relative imports of any level, `from tinyagent.x.y import`, `from tinyagent.x import module`
+    (and `from . import module`) and `import tinyagent.x.y`."""
+    is_package = name == "__init__" or module_path(name).name == "__init__.py"
+    own = [] if name == "__init__" else name.split(".")
+    package = own if is_package else own[:-1]
+    found = []
+    for node in ast.walk(ast.parse(module_path(name).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".") if node.module else []
+            if node.level:
+                target = package[:len(package) - (node.level - 1)] + module
+            elif module[:1] == ["tinyagent"]:
+                target = module[1:]
+            else:
+                continue
+            for alias in node.names:
+                if _is_module(".".join([*target, alias.name])):      # from tinyagent.x import y
+                    found.append(".".join([*target, alias.name]))
+                elif target:
+                    found.append(".".join(target))
+        elif isinstance(node, ast.Import):
+            found += [alias.name.split(".", 1)[1] for alias in node.names
+                      if alias.name.startswith("tinyagent.")]
+    return [m for m in found if m]
 
 
 def imported_modules(name):
-    """The package's modules that `name` imports, directly or not (itself included), read from
-    their relative `from .x import` statements at any level."""
+    """The package's modules that `name` imports, directly or not, at any depth (itself
+    included), with the package __init__ files Python runs on the way: what a process that
+    imports `name` executes of the package (the face's lazy names aside)."""
     seen, todo = set(), [name]
     while todo:
         module = todo.pop()
         if module in seen:
             continue
         seen.add(module)
-        package = _package_of(module)
-        for node in ast.walk(ast.parse(module_path(module).read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level >= 1 and node.module:
-                base = package[:len(package) - (node.level - 1)]
-                todo.append(".".join([*base, node.module]))
+        todo += _imports(module) + _packages(module)
     return sorted(seen)
 
 
