@@ -21,9 +21,10 @@ import sys
 
 import torch
 
+from .doctor import pinned_requirements
+
 CHECK = "# NBVAL_CHECK_OUTPUT"
 IMITATE = "TINYAGENT_IMITATE_PLATFORM"
-PINNED_TORCH = "2.13.0"
 
 
 def _cpu_flags():
@@ -44,8 +45,9 @@ def promised():
         return False, f"{platform.system()} {machine} is not x86-64 Linux"
     if not {"avx2", "fma"} <= _cpu_flags():
         return False, "this CPU lacks AVX2 or FMA"
-    if torch.__version__.split("+")[0] != PINNED_TORCH:
-        return False, f"torch {torch.__version__} is not the pinned {PINNED_TORCH}"
+    pinned = pinned_requirements()[0]["torch"]            # pyproject.toml's pin
+    if torch.__version__.split("+")[0] != pinned:
+        return False, f"torch {torch.__version__} is not the pinned {pinned}"
     return True, None
 
 
