@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyagent.arithmetic import torch_threads
+from tinyagent.arithmetic import PINS, torch_threads
 from tinyagent.harness.probe import LIBRARY_FAMILIES, differences, machine, probe
 
 pytestmark = pytest.mark.recorded_bits
@@ -39,10 +39,10 @@ def test_this_machine_computes_what_the_other_cpus_computed(here, path):
     assert len(set(here) & set(theirs["ops"])) >= 59     # at least the library kernels a run reaches
 
 
-def test_the_files_cover_more_than_this_machines_vendor_or_say_what_is_missing():
-    vendors = {json.loads(p.read_text())["meta"]["vendor"] for p in FILES}
-    mine = machine()["vendor"]
-    if vendors <= {mine}:
-        pytest.skip(f"every file in tests/data/arith/ is from {mine}: record this machine's with "
-                    f"`python -m tinyagent.harness.probe` on a CPU of the other vendor")
-    assert vendors - {mine}
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_every_reference_was_recorded_under_the_pins_and_names_its_cpu(path):
+    """A file measured without the pins, or that does not say which CPU made it, proves nothing."""
+    meta = json.loads(path.read_text())["meta"]
+    assert meta["vendor"] in ("GenuineIntel", "AuthenticAMD") and meta["cpu"]
+    assert {name: meta["env"][name] for name in PINS} == PINS
+
