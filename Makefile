@@ -61,7 +61,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 	--ExecutePreprocessor.store_widget_state=False \
 	--ExecutePreprocessor.record_timing=False
 
-.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain study clean
+.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain agents study clean
 
 setup: $(STAMP)
 
@@ -130,9 +130,14 @@ lab: $(STAMP)
 chapter9: $(STAMP)
 	$(BIN)/python -m tinyagent.chapter9
 
-# The study (tinyagent/science/study.py): 3 base agents x 9 settings x 20 seeds, what is missing computed
-# on every core (resumable: stop it and run it again), records in tinyagent/data/. On a Dask
-# cluster: make study CLUSTER=tcp://host:8786
+# The study's fresh draw (tinyagent/science/study.py, declared in tinyagent/data/study_plan.json).
+# make agents: build agent_3, agent_4, ... two at a time (SFT, about 5 min each) and check every
+# agent against the plan's regime bands, into tinyagent/checkpoints/ and data/study_agents.json.
+# make study: 6 agents x 9 settings x 20 seeds, what is missing computed on every core (resumable:
+# stop it and run it again), records in tinyagent/data/. On a Dask cluster: make study CLUSTER=tcp://host:8786
+agents: $(STAMP)
+	$(BIN)/python -m tinyagent.science.study --agents
+
 study: $(STAMP)
 	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.science.study $(if $(CLUSTER),--cluster $(call quote,$(CLUSTER)))
 

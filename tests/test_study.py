@@ -51,15 +51,19 @@ def test_the_committed_pilot_is_complete_and_every_record_carries_its_identity()
     seeds = {}
     for r in records:
         seeds.setdefault((r["agent"], r["setting"]), set()).add(r["seed"])
-    assert set(seeds) == {(a, s) for a in study.AGENTS for s in study.SETTINGS}
+    assert set(seeds) == {(a, s) for a in study.PILOT_AGENTS for s in study.SETTINGS}
     assert all(found == set(study.SEEDS) for found in seeds.values())   # every seed, everywhere
     assert len(study.SEEDS) >= 20 and len(records) == len(seeds) * len(study.SEEDS)
     assert all(len(r["sha256"]) == 64 and len(r["history"]) == study.STEPS for r in records)
     assert study.PILOT.stat().st_size < 20e6                     # megabytes, not gigabytes
 
 
-def test_every_study_agent_loads_under_its_checksum_and_the_agents_differ():
+def test_the_draws_agents_are_the_plans_count_inside_its_bands_and_differ():
     from tinyagent.harness.runs import policy_digest
+    built = json.loads(study.AGENT_RECORDS.read_text())
+    assert len(study.AGENTS) == len(json.loads(study.PLAN.read_text())["design"]["agents"])
+    assert all(v["inside"] for agent in study.AGENTS for v in built["checks"][agent].values())
+    assert not set(built["rejected"]) & set(study.AGENTS)
     digests = {policy_digest(study.load_agent(agent)) for agent in study.AGENTS}
     assert len(digests) == len(study.AGENTS)                     # built independently
 

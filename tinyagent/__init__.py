@@ -11,6 +11,7 @@ from pathlib import Path as _Path
 # below is also a module's name, so `tinyagent.X` is always one thing: `tinyagent.evaluate` is
 # the module, and the function is `tinyagent.evaluate.evaluate`.
 _EXPORTS = {
+    "adam": ("Adam",),
     "evaluate": ("pass_at_k",),
     "grpo": ("RLConfig", "behavior_stats", "compute_advantages", "policy_loss", "rl_update",
              "sample_step", "train_rl"),

@@ -9,6 +9,8 @@ only part of the package this module imports; nothing here re-implements them.
 Logits are cast to float64. A single distribution is a 1-D tensor of K logits; a model of
 T-token sequences is a tuple of T logit tables (see "sequence models" below).
 """
+import math
+
 import torch
 
 from .kl import KL_KINDS, kl_estimate, kl_penalty
@@ -110,7 +112,7 @@ def estimator_moments(logits, ref_logits):
         values = kl_penalty(logp, ref_logp, kind)                      # (K,) one per outcome
         mean = (p * values).sum()
         stats["mean"][kind] = mean.item()
-        stats["std"][kind] = (p * (values - mean) ** 2).sum().sqrt().item()
+        stats["std"][kind] = math.sqrt((p * (values - mean) ** 2).sum().item())
     return stats
 
 

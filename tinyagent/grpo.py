@@ -10,6 +10,7 @@ import torch
 from torch.profiler import record_function
 from tqdm.auto import trange
 
+from .adam import Adam
 from .arithmetic import torch_threads
 from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
                      temperature)
@@ -235,7 +236,7 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     check_arithmetic()
     reference = frozen_copy(policy) if reference is None else reference
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
+    optimizer = Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
     gen = torch.Generator().manual_seed(cfg.seed) if generator is None else generator
     history = []
     for step in trange(first_step, first_step + steps, desc=desc, disable=not progress):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .adam import Adam
 from .arithmetic import torch_threads
 from .harness.fingerprint import check_arithmetic
 from .gym import N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
@@ -127,7 +128,7 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     threads (so the bytes do not depend on OMP_NUM_THREADS)."""
     check_arithmetic()
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    opt = Adam(policy.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / cfg.steps)).item()))
     losses = []

@@ -21,6 +21,7 @@ import warnings
 
 import torch
 
+from ..adam import Adam
 from ..arithmetic import PINS, torch_threads
 from ..gym import TRAIN_TASKS
 from ..policy import Policy
@@ -34,14 +35,15 @@ PARTS = {
                "log-softmax)",
     "backward": "every parameter's gradient (matmul.c's products of gradients, the backward of "
                 "layer norm, softmax, log-softmax, erf and exp, the embeddings' sums)",
-    "optimizer": "one Adam step (ATen's foreach arithmetic: lerp, sqrt, division)",
+    "optimizer": "one Adam step (adam.py: ATen's lerp, addcmul and division, and the correctly "
+                 "rounded square root)",
 }
 # Recorded under the pins (`python -m tinyagent.harness.fingerprint` prints this process's parts).
 EXPECTED_PARTS = {
     "sampling": "e6783fdae00bc2bb49360ff1c3adadee29df28fe0e5b82ef8647524a374973ae",
     "forward": "c47cfd8c5b02b44b171f69cd71be8fe616f87ed4c44e379adc3532b5ce42875b",
     "backward": "3725ba0f7e5636fb23f361e8b4180cdad9744f3d4076f5861f3bd2fbc437a845",
-    "optimizer": "ec6f1e69c681ad57fbdbcd9c1ecfb32f9760d0a9874c67f9f41d2d31ee1ab302",
+    "optimizer": "fc4be97762c0503170e73a1eb9cfe6c6727adbd3680393291a096b8261baeb5f",
 }
 # Variables that change what a library computes without being one of our pins: named in the
 # mismatch message when they are set. (Thread counts are not among them: the fingerprint and
@@ -89,7 +91,7 @@ def _compute():
     logp, log_dist = token_logprobs(policy, batch.tokens, mask=batch.policy_mask)
     add("forward", logp, log_dist)
     loss = -(logp.sum() / batch.policy_mask.sum()) + log_dist.exp().mul(log_dist).sum(-1).mean()
-    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    optimizer = Adam(policy.parameters(), lr=1e-3)
     loss.backward()
     add("backward", *(p.grad for p in policy.parameters()))
     optimizer.step()

@@ -20,6 +20,7 @@ from multiprocessing import get_context
 import torch
 from tqdm.auto import tqdm
 
+from ..adam import Adam
 from ..arithmetic import pinned_environment
 from .cache import PACKAGE, cached, code_digest, lookup
 from ..checks import env_flag, env_path, env_positive_int, instance, positive_int
@@ -101,7 +102,7 @@ def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT)
     def compute():
         policy = copy.deepcopy(start)
         anchor = frozen_copy(start) if reference is None else reference
-        optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        optimizer = Adam(policy.parameters(), lr=cfg.lr)
         generator = torch.Generator().manual_seed(cfg.seed)
         history = []
         if (earlier := _shorter_run(config, cfg)) is not None:

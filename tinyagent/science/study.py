@@ -20,14 +20,31 @@ import hashlib
 import json
 import time
 
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from ..arithmetic import pinned_environment
 from ..harness.cluster import dask_executor
 from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
 from ..harness.fingerprint import EXPECTED
 from ..harness.rebuild import held_out_behaviour
 from ..harness.runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs
+from ..policy import RL_BASE_CHECKPOINT, load_policy, save_policy
+from ..pretrain import DemoConfig, SFTConfig, build_rl_base
 
-AGENTS = (SHIPPED_AGENT, "agent_1", "agent_2")     # agent_k: demonstrations and SFT at seed k
+PLAN = PACKAGE / "data" / "study_plan.json"      # the declared design and rule of the fresh draw
+AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each built agent's regime check
+PILOT_AGENTS = ("rl_base", "agent_1", "agent_2")    # the pilot's agents, under its arithmetic
+PILOT_AGENT_RECORDS = PACKAGE / "data" / "pilot_agents.json"    # their regime check
+FIRST_NEW_SEED = 3          # agent_k: demonstrations and SFT at seed k; 1 and 2 were the pilot's
+
+def draw_agents():
+    """The fresh draw's base agents, as `make agents` built and checked them (empty before)."""
+    return tuple(json.loads(AGENT_RECORDS.read_text())["agents"]) if AGENT_RECORDS.exists() else ()
+
+
+AGENTS = draw_agents()
 SEEDS = tuple(range(20))
 SETTINGS = tuple(COMPARISON)
 RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` computes now
@@ -35,11 +52,9 @@ RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` compute
 # an earlier arithmetic (MKL's matrix products, on an Intel Xeon) from the earlier RL base agent.
 # Data, labelled by each record's code hash and fingerprint: read, never recomputed.
 PILOT = PACKAGE / "data" / "pilot_runs.jsonl.gz"
-AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each agent's regime check
-# Fixed before the two new agents were built: the chapter's base agent reads in 0.21-0.24 of
-# episodes with entropy about 0.55 nats; ours must land near it for the study to test the
-# chapter's regime (held-out, 640 episodes: `harness.rebuild.held_out_behaviour`).
-REGIME = {"reads": (0.15, 0.30), "entropy": (0.40, 0.60), "pass@1": (0.12, 0.32)}
+# Declared in the plan before the agents were built (its regime_bands_why says why these bands).
+REGIME = {m: tuple(band) for m, band in
+          json.loads(PLAN.read_text())["design"]["regime_bands"].items()}
 DIGITS = 6          # significant digits kept of each logged number (the tables print 3)
 
 
@@ -164,35 +179,67 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
     return list(done.values())
 
 
-def regime_check(agents=AGENTS):
-    """Each base agent's held-out behaviour against `REGIME`: {agent: {metric: (value, se, ok)}}."""
-    out = {}
-    for agent in agents:
-        behaviour = held_out_behaviour(load_agent(agent))
-        out[agent] = {m: (*behaviour[m], lo <= behaviour[m][0] <= hi)
-                      for m, (lo, hi) in REGIME.items()}
+def _check(agent):
+    """One agent's held-out behaviour against `REGIME`: {metric: {value, se, band, inside}}."""
+    behaviour = held_out_behaviour(load_agent(agent))
+    return {m: {"value": behaviour[m][0], "se": behaviour[m][1], "band": list(band),
+                "inside": band[0] <= behaviour[m][0] <= band[1]} for m, band in REGIME.items()}
+
+
+def _build(agent):
+    """Build agent_k (demonstrations and SFT at seed k) beside the shipped agent, unless a valid
+    checkpoint is already there, and check it against the regime."""
+    path = RL_BASE_CHECKPOINT.with_name(f"{agent}.pt")
+    try:
+        load_policy(path)
+    except (FileNotFoundError, ValueError):
+        seed = int(agent.split("_")[1])
+        save_policy(build_rl_base(DemoConfig(seed=seed), SFTConfig(seed=seed)), path)
+    return _check(agent)
+
+
+def build_agents(count=None, workers=2):
+    """The draw's base agents: the shipped one and agent_3, agent_4, ... built two at a time,
+    until `count` (the plan's six) lie inside every regime band. An agent outside a band is
+    recorded as rejected and the next seed is built instead, as the plan declares. Resumable:
+    a valid checkpoint is checked, not rebuilt. Writes AGENT_RECORDS and returns it."""
+    count = len(json.loads(PLAN.read_text())["design"]["agents"]) if count is None else count
+    checks = {SHIPPED_AGENT: _check(SHIPPED_AGENT)}
+    used = [SHIPPED_AGENT] if all(v["inside"] for v in checks[SHIPPED_AGENT].values()) else []
+    seed = FIRST_NEW_SEED
+    with pinned_environment(), ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        while len(used) < count:
+            names = [f"agent_{seed + i}" for i in range(count - len(used))]
+            seed += len(names)
+            for name, check in zip(names, pool.map(_build, names)):
+                checks[name] = check
+                if all(v["inside"] for v in check.values()):
+                    used.append(name)
+                print(f"{name}: " + "  ".join(f"{m} {v['value']:.3f}±{v['se']:.3f}"
+                      f"{'' if v['inside'] else ' OUTSIDE ' + str(v['band'])}"
+                      for m, v in check.items()), flush=True)
+    rejected = [a for a in checks if a not in used]
+    out = {"agents": used, "rejected": rejected, "checks": checks}
+    write_atomically(AGENT_RECORDS, (json.dumps(out, indent=1) + "\n").encode())
     return out
-
-
-def record_agents(agents=AGENTS):
-    """Check every base agent against `REGIME` and write the result beside the runs' records."""
-    checked = {agent: {m: {"value": v, "se": se, "band": REGIME[m], "inside": ok}
-                       for m, (v, se, ok) in metrics.items()}
-               for agent, metrics in regime_check(agents).items()}
-    write_atomically(AGENT_RECORDS, (json.dumps(checked, indent=1) + "\n").encode())
-    return checked
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", action="store_true",
+                        help=f"build and check the draw's base agents (writes {AGENT_RECORDS.name})")
     parser.add_argument("--cluster", help="address of a Dask scheduler (tcp://host:port) to run "
                         "on instead of local worker processes")
     parser.add_argument("--workers", type=int, help="local worker processes (default: every core)")
     args = parser.parse_args(argv)
-    for agent, metrics in record_agents().items():
-        print(agent, "  ".join(f"{m} {v['value']:.3f}±{v['se']:.3f}"
-                               f"{'' if v['inside'] else ' OUTSIDE ' + str(v['band'])}"
-                               for m, v in metrics.items()), flush=True)
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be a positive number of processes, got {args.workers}")
+    if args.agents:
+        out = build_agents(workers=args.workers or 2)
+        print(f"agents: {', '.join(out['agents'])}; rejected: {', '.join(out['rejected']) or 'none'}")
+        return
+    if not AGENTS:
+        parser.error(f"no base agents recorded in {AGENT_RECORDS}; build them first: make agents")
     if args.cluster:
         with dask_executor(args.cluster) as executor:
             records = compute(executor=executor)

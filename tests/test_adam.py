@@ -1,0 +1,102 @@
+"""adam.py: torch's Adam step with the correctly rounded square root, the same on every CPU."""
+import math
+from contextlib import contextmanager, nullcontext
+
+import numpy as np
+import pytest
+import torch
+
+from tinyagent.adam import Adam, exact_sqrt
+
+
+def _values(dtype, n=20000):
+    g = torch.Generator().manual_seed(0)
+    scale = 10.0 ** torch.randint(-30, 30, (n,), generator=g)
+    x = torch.rand(n, generator=g, dtype=torch.float64) ** 8 * scale
+    edge = torch.tensor([0.0, 1.0, 4.0, 2.0, 1e-45 if dtype == torch.float32 else 5e-324, 3.4e38])
+    return torch.cat([x, edge]).to(dtype)
+
+
+def test_exact_sqrt_is_the_correctly_rounded_square_root_in_float32():
+    x = _values(torch.float32)
+    # The float64 square root is correctly rounded, and rounding it again to float32 is exact for
+    # square roots (53 >= 2 * 24 + 2 bits), so this is the correctly rounded float32 root.
+    want = x.double().numpy()
+    want = np.array([math.sqrt(v) for v in want]).astype(np.float32)
+    assert np.array_equal(exact_sqrt(x).numpy(), want)
+
+
+def test_exact_sqrt_is_the_correctly_rounded_square_root_in_float64():
+    x = _values(torch.float64)
+    assert np.array_equal(exact_sqrt(x).numpy(), np.array([math.sqrt(v) for v in x.tolist()]))
+
+
+@contextmanager
+def _torch_sqrt_made_exact():
+    original = torch.Tensor.sqrt
+    torch.Tensor.sqrt = exact_sqrt
+    try:
+        yield
+    finally:
+        torch.Tensor.sqrt = original
+
+
+def _train(make_optimizer, steps=5, patch=False):
+    g = torch.Generator().manual_seed(3)
+    params = [torch.randn(316, 66, generator=g).requires_grad_(),
+              torch.randn(66, generator=g).requires_grad_()]
+    opt = make_optimizer(params)
+    with _torch_sqrt_made_exact() if patch else nullcontext():
+        for _ in range(steps):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=g) * 1e-2
+            opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_adam_is_torchs_single_tensor_step_with_an_exact_square_root():
+    """Bit for bit torch.optim.Adam's CPU step once torch's square root is the correct one: the
+    only difference between the two is the square root."""
+    ours = _train(lambda ps: Adam(ps, lr=3e-3))
+    theirs = _train(lambda ps: torch.optim.Adam(ps, lr=3e-3, foreach=False), patch=True)
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+
+
+def test_adam_is_within_rounding_of_torchs():
+    ours = _train(lambda ps: Adam(ps, lr=3e-3))
+    theirs = _train(lambda ps: torch.optim.Adam(ps, lr=3e-3))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_adam_resumes_exactly_from_its_state_dict_and_follows_a_scheduler():
+    g = torch.Generator().manual_seed(5)
+    grads = [torch.randn(40, generator=g) for _ in range(6)]
+
+    def run(split):
+        p = torch.zeros(40, requires_grad=True)
+        opt = Adam([p], lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s))
+        for i, grad in enumerate(grads):
+            if i == split:
+                state = opt.state_dict()
+                opt = Adam([p], lr=1e-2)
+                opt.load_state_dict(state)
+                sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s),
+                                                          last_epoch=i - 1)
+            p.grad = grad
+            opt.step()
+            sched.step()
+        return p.detach()
+
+    assert torch.equal(run(split=None), run(split=3))
+    assert not torch.equal(run(None), torch.zeros(40))
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=0), dict(lr=-1e-3), dict(eps=0), dict(betas=(0.9, 1.0)),
+                                    dict(betas=(-0.1, 0.999)), dict(betas=(0.9,)),
+                                    dict(lr=float("nan"))])
+def test_adam_refuses_settings_outside_its_domain(kwargs):
+    with pytest.raises(ValueError, match="Adam needs lr > 0, eps > 0 and two betas in"):
+        Adam([torch.zeros(2, requires_grad=True)], **kwargs)
