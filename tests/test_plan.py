@@ -1,0 +1,90 @@
+"""science/plan.py: the declared rule of the study, as the plan states it."""
+import numpy as np
+import pytest
+
+from tinyagent.science import plan
+from tinyagent.science.plan import Part, ScoredClaim
+
+
+def test_every_scored_claim_of_the_plan_has_parts_of_its_estimand():
+    claims = plan.scored_claims()
+    declared = {k: v for k, v in plan.PLAN["claims"].items() if v["estimand"] != "not scored"}
+    assert [c.key for c in claims] == list(declared)
+    for c in claims:
+        kinds = {p.kind for p in c.parts}
+        if c.estimand in ("per-run frequency", "probability of improvement"):
+            assert kinds == {"share"} and len(c.parts) == 1
+        elif c.estimand == "mean":
+            assert kinds == {"mean"} and all(p.test is not None for p in c.parts)
+        else:
+            assert kinds == {"equivalence"}
+            assert all(p.rope == declared[c.key]["rope"] for p in c.parts)
+    assert plan.family_size(claims) == sum(len(c.parts) for c in claims) > len(claims)
+
+
+def _claim(kind, **kw):
+    return ScoredClaim("x", kind, (Part("", lambda r: r, kind, **kw),), "run")
+
+
+@pytest.mark.parametrize("kind, values, kw, expected", [
+    ("share", [1.0] * 20, {}, "holds"),
+    ("share", [0.0] * 20, {}, "does not hold"),
+    ("share", [0.0, 1.0] * 10, {}, "unresolved"),
+    ("equivalence", [0.01, -0.01] * 10, {"rope": 0.1}, "equivalent"),
+    ("equivalence", [0.5, 0.6] * 10, {"rope": 0.1}, "does not hold"),
+    ("equivalence", [-0.3, 0.3] * 10, {"rope": 0.1}, "unresolved"),
+    ("mean", [2.0, 3.0] * 10, {"test": lambda v: v > 1}, "holds"),
+    ("mean", [-2.0, -3.0] * 10, {"test": lambda v: v > 1}, "does not hold"),
+])
+def test_the_four_way_verdict(kind, values, kw, expected):
+    table = plan.verdicts([_claim(kind, **kw)], {"a": np.array(values)[:, None]}, m=1,
+                          resamples=2000, seeds=(0, 1))
+    assert table.loc["x", "verdict"] == expected
+
+
+def test_a_claim_holds_only_when_every_part_does_and_fails_when_any_part_fails():
+    assert plan._combine(["holds", "holds"]) == "holds"
+    assert plan._combine(["holds", "unresolved"]) == "unresolved"
+    assert plan._combine(["holds", "does not hold", "unresolved"]) == "does not hold"
+    assert plan._combine(["equivalent", "equivalent"]) == "equivalent"
+
+
+def test_intervals_weight_agents_equally_and_resample_within_each():
+    values = {"a": np.zeros((4, 1)), "b": np.ones((40, 1))}        # sizes differ tenfold
+    effect, low, high = plan.intervals(values, level=0.99, resamples=500)
+    assert effect[0] == 0.5 and low[0] == high[0] == 0.5           # no spread within agents
+    g = np.random.default_rng(1)
+    noisy = {"a": g.normal(size=(20, 2)), "b": g.normal(size=(20, 2))}
+    _, lo95, hi95 = plan.intervals(noisy, 0.95, 4000)
+    _, lo99, hi99 = plan.intervals(noisy, 0.999, 4000)
+    assert (lo99 < lo95).all() and (hi95 < hi99).all()             # the family-wise level widens
+
+
+def test_a_verdict_that_changes_with_the_bootstrap_seed_is_unresolved():
+    # a share whose interval ends right at 1/2 flips between generator seeds
+    values = {"a": np.array([1.0] * 14 + [0.0] * 6)[:, None]}
+    lows = [plan.intervals(values, 0.95, 200, seed)[1][0] for seed in range(10)]
+    assert min(lows) <= 0.5 < max(lows)
+    table = plan.verdicts([_claim("share")], values, m=1, resamples=200, seeds=range(10))
+    assert table.loc["x", "verdict"] == "unresolved" and table.loc["x", "unstable"]
+
+
+def test_agreement_counts_contradictions_and_an_all_unresolved_rule_is_not_resolved():
+    a = ["holds", "does not hold", "equivalent", "unresolved"]
+    b = ["does not hold", "does not hold", "does not hold", "unresolved"]
+    out = plan.agreement(a, b)
+    assert out["contradictions"] == 2 and out["same verdict"] == 0.5
+    assert plan.agreement(["unresolved"] * 4, ["unresolved"] * 4)["resolved"] == 0.0
+
+
+def test_the_pilot_scores_every_part_finitely_at_every_seed():
+    from tinyagent.science import diagnostics, study
+    grouped = study.by_agent(study.load_pilot())
+    summaries = {a: [{label: diagnostics.run_summary(r) for label, r in seed.items()}
+                     for seed in seeds] for a, seeds in grouped.items()}
+    claims = plan.scored_claims()
+    values = plan.values(claims, summaries, grouped)
+    assert {a: v.shape for a, v in values.items()} == {a: (20, plan.family_size())
+                                                        for a in study.PILOT_AGENTS}
+    shares = [i for i, p in enumerate(p for c in claims for p in c.parts) if p.kind == "share"]
+    assert set(np.unique(np.concatenate([v[:, shares].ravel() for v in values.values()]))) <= {0, 0.5, 1}

@@ -1,0 +1,251 @@
+"""The study's declared rule (tinyagent/data/study_plan.json), as code: each claim's estimand, a
+four-way verdict, a family-wise level, and verdicts that do not depend on the bootstrap's seed.
+
+A claim is scored through its parts. A part is one number per run (per seed), and an estimand:
+  - a share (per-run frequency, or the probability of improvement): the number is 1 where the
+    run's statement holds and 0 where it does not (ties of a paired comparison count 1/2); the
+    part holds if its whole interval lies above 1/2 and does not hold if below;
+  - a mean (paired by seed where it compares settings): holds if every value of the interval
+    passes the part's test, does not hold if none does;
+  - an equivalence: the signed mean is *equivalent* if its whole interval lies inside +-rope,
+    does not hold if wholly outside.
+A claim holds (or is equivalent) when every part does, does not hold when any part does not, and
+is unresolved otherwise. Intervals are stratified bootstrap percentile intervals (seeds resampled
+within each base agent, agents weighted equally) at the Bonferroni level over every part the plan
+scores, from the plan's number of resamples, computed under ten generator seeds: a claim whose
+verdict differs among them is unresolved (and said to be unstable). Nothing that trains or
+evaluates imports this module.
+"""
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..harness.cache import PACKAGE
+from .claims import (NEAR_ENTROPY, SAME_REWARD, TRACK_REWARD, WINDOWS, beta_size_claims,
+                     comparison_claims, entropy_fall_claims, figure_claims, series, window_means)
+from .claims.comparison import LOSSES, NEAR_DISTANCE
+from .experiments import COMPARISON
+from .report import PASS1_NOISE
+
+PLAN = json.loads((PACKAGE / "data" / "study_plan.json").read_text())
+RESAMPLES = PLAN["rule"]["resamples"]
+BOOTSTRAP_SEEDS = tuple(range(10))
+ALPHA = 0.05
+VERDICTS = ("holds", "does not hold", "equivalent", "unresolved")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One number per run and how it is decided: kind "share", "mean" (with `test`) or
+    "equivalence" (with `rope`)."""
+    name: str
+    per_run: Callable
+    kind: str
+    test: Callable | None = None
+    rope: float | None = None
+
+
+@dataclass(frozen=True)
+class ScoredClaim:
+    key: str
+    estimand: str
+    parts: tuple
+    source: str          # which results it reads: "summary" ({label: run_summary}) or "run"
+
+
+def _share(claim):
+    return Part("", lambda r: float(claim.holds(claim.measure(r))), "share")
+
+
+def _improvement(claim):
+    def per_run(r):
+        value = claim.measure(r)
+        return 0.5 if value == 0 else float(claim.holds(value))
+    return Part("", per_run, "share")
+
+
+def _windows(a, b, key):
+    """Per window, `a`'s window mean of `key` minus `b`'s (b may be a number)."""
+    def gap(i):
+        def per_run(r):
+            other = b if isinstance(b, float) else window_means(r, b, key)[i]
+            return float(window_means(r, a, key)[i] - other)
+        return per_run
+    return [(f"steps {w.start}-{w.stop - 1}", gap(i)) for i, w in enumerate(WINDOWS)]
+
+
+def _diff(a, b, column):
+    return lambda r: r[a][column] - r[b][column]
+
+
+def _signed_parts(noise=PASS1_NOISE):
+    """The parts of the mean and equivalence claims, as the plan's `why` declares them."""
+    below = lambda limit: (lambda v: v < limit)      # noqa: E731
+    above = lambda limit: (lambda v: v > limit)      # noqa: E731
+    k3, k3p = "k3 beta=0.3", "k3+ beta=0.3"
+    kl = ("k3+ beta=0.05", "k3+ beta=0.3", "k3+ beta=1.0")
+    others = [s for s in COMPARISON if s != "none"]
+    right = ("none", "entropy 0.03", "k3 beta=0.3")
+
+    def windows_ordered(key, sign):
+        return [(f"{b} - {a}, {name}", (lambda f: lambda r: sign * f(r))(f))
+                for a, b in zip(kl, kl[1:]) for name, f in _windows(b, a, key)]
+
+    return {
+        "k3_vs_k3plus": [Part("", _diff(k3, k3p, "pass@1"), "equivalence", rope=noise)],
+        "k3_vs_k3plus_entropy": [Part("", _diff(k3, k3p, "entropy"), "equivalence",
+                                      rope=NEAR_ENTROPY)],
+        "k3_vs_k3plus_distance": [Part("", _diff(k3, k3p, "kl_to_ref"), "equivalence",
+                                       rope=NEAR_DISTANCE)],
+        "reward_pass1": [Part(f"- {s}", _diff("reward beta=0.3", s, "pass@1"), "mean", below(-noise))
+                         for s in LOSSES],
+        "reward_distance": [Part(f"- {s}", _diff("reward beta=0.3", s, "kl_to_ref"), "mean",
+                                 below(0.0)) for s in LOSSES],
+        "no_reward_gain": [Part(s, _diff(s, "none", "late_reward"), "mean", below(0.02))
+                           for s in others],
+        "fig_kl_entropy": [Part(n, f, "mean", above(0.0)) for n, f in windows_ordered("entropy", +1)],
+        "fig_kl_reward": [Part(n, f, "mean", above(0.0)) for n, f in windows_ordered("reward", -1)],
+        "fig_bonus_reward": [Part(n, f, "equivalence", rope=TRACK_REWARD)
+                             for n, f in _windows("entropy 0.03", "none", "reward")],
+        "fig_bonus_entropy": [Part(n, f, "equivalence", rope=NEAR_ENTROPY)
+                              for n, f in _windows("entropy 0.03", 0.3, "entropy")[1:]],
+        "fig_k3_entropy": [Part(n, f, "equivalence", rope=NEAR_ENTROPY)
+                           for n, f in _windows(k3, k3p, "entropy")],
+        "fig_k3_reward": [Part(n, f, "equivalence", rope=TRACK_REWARD)
+                          for n, f in _windows(k3, k3p, "reward")],
+        "fig_reward_entropy": [Part(f"- {o}, {n}", f, "mean", above(0.0)) for o in right
+                               for n, f in _windows("reward beta=0.3", o, "entropy")],
+        "fig_reward_reward": [Part(f"{o} -, {n}", (lambda f: lambda r: -f(r))(f), "mean", above(0.0))
+                              for o in right for n, f in _windows("reward beta=0.3", o, "reward")],
+        "bonus_same_reward": [Part("", lambda r: series(r, "entropy 0.03", "reward")[39]
+                                   - series(r, "none", "reward")[39], "equivalence",
+                                   rope=SAME_REWARD)],
+    }
+
+
+def scored_claims():
+    """Every claim of the plan, in its order, with its parts (not-scored claims left out)."""
+    by_key = {c.key: (c, "summary") for c in comparison_claims()}
+    by_key |= {c.key: (c, "run") for c in figure_claims() + entropy_fall_claims()
+               + beta_size_claims()}
+    signed = _signed_parts()
+    out = []
+    for key, declared in PLAN["claims"].items():
+        estimand = declared["estimand"]
+        if estimand == "not scored":
+            continue
+        claim, source = by_key[key]
+        if estimand == "per-run frequency":
+            parts = (_share(claim),)
+        elif estimand == "probability of improvement":
+            parts = (_improvement(claim),)
+        else:
+            parts = tuple(signed[key])
+            if estimand == "equivalence of the mean":
+                assert all(p.rope == declared["rope"] for p in parts), key
+        out.append(ScoredClaim(key, estimand, parts, source))
+    return out
+
+
+def family_size(claims=None):
+    """The number of intervals the plan scores: the Bonferroni divisor."""
+    return sum(len(c.parts) for c in (scored_claims() if claims is None else claims))
+
+
+def values(claims, summaries, runs):
+    """{agent: array (seeds, parts)} of every part's number at every seed, parts in claim order;
+    `summaries` and `runs` map agent -> one {label: ...} per seed (run summaries and runs)."""
+    out = {}
+    for agent in runs:
+        rows = []
+        for summary, run in zip(summaries[agent], runs[agent]):
+            rows.append([p.per_run(summary if c.source == "summary" else run)
+                         for c in claims for p in c.parts])
+        out[agent] = np.array(rows, dtype=float)
+        if not np.isfinite(out[agent]).all():
+            raise ValueError(f"a part measured a non-finite number for agent {agent!r}")
+    return out
+
+
+def intervals(values_by_agent, level, resamples=RESAMPLES, seed=0):
+    """(effect, low, high), each an array over parts: the mean over agents of each agent's mean
+    over seeds, and its stratified bootstrap percentile interval at `level`. One resample of
+    seeds serves every part (counts @ values)."""
+    rng = np.random.default_rng(seed)
+    boot, effect = 0.0, 0.0
+    for v in values_by_agent.values():
+        n = len(v)
+        counts = rng.multinomial(n, np.full(n, 1 / n), size=resamples)      # (R, n)
+        boot = boot + counts @ v / n
+        effect = effect + v.mean(0)
+    boot, effect = boot / len(values_by_agent), effect / len(values_by_agent)
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return effect, low, high
+
+
+def _part_verdict(part, low, high):
+    if part.kind == "share":
+        return "holds" if low > 0.5 else "does not hold" if high < 0.5 else "unresolved"
+    if part.kind == "equivalence":
+        inside = -part.rope < low and high < part.rope
+        outside = low >= part.rope or high <= -part.rope
+        return "equivalent" if inside else "does not hold" if outside else "unresolved"
+    passed = [bool(part.test(float(x))) for x in np.linspace(low, high, 201)]
+    return "holds" if all(passed) else "does not hold" if not any(passed) else "unresolved"
+
+
+def _combine(verdicts):
+    if "does not hold" in verdicts:
+        return "does not hold"
+    if len(set(verdicts)) == 1:
+        return verdicts[0]
+    return "unresolved"
+
+
+def _claim_verdicts(claims, values_by_agent, level, resamples, seed):
+    effect, low, high = intervals(values_by_agent, level, resamples, seed)
+    out, i = [], 0
+    for c in claims:
+        n = len(c.parts)
+        parts = [_part_verdict(p, low[i + j], high[i + j]) for j, p in enumerate(c.parts)]
+        out.append((_combine(parts), effect[i:i + n], low[i:i + n], high[i:i + n]))
+        i += n
+    return out
+
+
+def verdicts(claims, values_by_agent, m=None, resamples=RESAMPLES, seeds=BOOTSTRAP_SEEDS):
+    """One row per claim: its estimand, its first part's effect and interval, the verdict under
+    the declared rule (unresolved where the ten bootstrap seeds disagree) and whether they did."""
+    level = 1 - ALPHA / (family_size(claims) if m is None else m)
+    runs = [_claim_verdicts(claims, values_by_agent, level, resamples, s) for s in seeds]
+    rows = {}
+    for k, c in enumerate(claims):
+        found = {run[k][0] for run in runs}
+        _, effect, low, high = runs[0][k]
+        rows[c.key] = {"estimand": c.estimand, "parts": len(c.parts),
+                       "effect": float(effect[0]), "low": float(low[0]), "high": float(high[0]),
+                       "verdict": found.pop() if len(found) == 1 else "unresolved",
+                       "unstable": len({run[k][0] for run in runs}) > 1}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("claim")
+
+
+def per_agent(claims, values_by_agent, m=None):
+    """Each agent's own verdict, by the same rule and level on its seeds alone."""
+    return pd.DataFrame({agent: verdicts(claims, {agent: v}, m)["verdict"]
+                         for agent, v in values_by_agent.items()})
+
+
+def agreement(a, b):
+    """Two lists of verdicts compared: the share with the same verdict, the number of
+    contradictions (holds or equivalent against does not hold) and the share resolved."""
+    pairs = list(zip(a, b))
+    positive = {"holds", "equivalent"}
+    contradictions = sum((x in positive and y == "does not hold") or
+                         (y in positive and x == "does not hold") for x, y in pairs)
+    resolved = np.mean([v != "unresolved" for pair in pairs for v in pair])
+    return {"same verdict": float(np.mean([x == y for x, y in pairs])),
+            "contradictions": int(contradictions), "resolved": float(resolved),
+            "claims": len(pairs)}
