@@ -10,37 +10,147 @@ from tinyagent.policy import Policy
 from tinyagent.harness.runs import CODE_VERSION
 
 
-def fake_run(seed=0):
+def fake_run(seed=0, steps=3):
     policy = Policy(seed=seed)
-    return {"history": [{"step": 0, "entropy": 0.123456789, "reward": 0.5}],
-            "eval": {"pass@1": 0.25, "passed_per_task": [0, 3, 16]},
+    return {"history": [{"step": i, "entropy": 0.123456789, "reward": 0.5, "kl": 0.01}
+                        for i in range(steps)],
+            "eval": {"pass@1": 0.25, "pass@8": 0.5, "reads": 0.2, "malformed": 0.1,
+                     "passed_per_task": [0, 3, 16]},
             "state": dict(policy.state_dict())}
 
 
 def test_a_record_identifies_the_runs_bits_and_keeps_what_the_claims_read():
     run = fake_run()
-    r = study.record("none", "rl_base", 3, run)
+    r = study.record("none", "rl_base", 3, run, "f" * 64)
     assert r["sha256"] == study.params_sha256(run["state"])
     assert r["sha256"] != study.params_sha256(fake_run(seed=1)["state"])
     assert r["history"][0]["entropy"] == 0.123457 and r["eval"]["passed_per_task"] == [0, 3, 16]
     assert r["code"] == CODE_VERSION and json.loads(json.dumps(r)) == r      # plain data
+    assert r["arithmetic"] == "f" * 64 and r["steps"] == 3       # the run's, not the design's
 
 
-def test_records_of_other_code_or_a_damaged_file_say_to_run_make_study(tmp_path):
+@pytest.fixture
+def small_design(monkeypatch, tmp_path):
+    """A 2 agents x 2 settings x 2 seeds design of 3-step runs, written by study._write."""
+    monkeypatch.setattr(study, "AGENTS", ("a", "b"))
+    monkeypatch.setattr(study, "SETTINGS", ("none", "k"))
+    monkeypatch.setattr(study, "SEEDS", (0, 1))
+    monkeypatch.setattr(study, "STEPS", 3)
+    records = [study.record(s, a, seed, fake_run(seed), study.EXPECTED)
+               for a in ("a", "b") for s in ("none", "k") for seed in (0, 1)]
     path = tmp_path / "runs.jsonl.gz"
-    other = {**study.record("none", "rl_base", 0, fake_run()), "code": "another version"}
-    path.write_bytes(gzip.compress((json.dumps(other) + "\n").encode()))
-    with pytest.raises(study.StaleStudy, match="make study"):
+    study._write(records, path)
+    return path, records
+
+
+def _lines(path):
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def _rewrite(path, lines):
+    path.write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode()))
+
+
+def test_the_records_load_back_through_their_manifest(small_design):
+    path, records = small_design
+    key = lambda r: json.dumps(r, sort_keys=True)      # noqa: E731
+    assert sorted(map(key, study.load_records(path))) == sorted(map(key, records))
+    first = path.read_bytes()
+    study._write(records[::-1], path)
+    assert path.read_bytes() == first                   # the same bytes whatever the order
+
+
+def _edit_number(lines):
+    lines[1]["eval"]["pass@1"] = 0.3
+
+
+def _zero_sha(lines):
+    lines[1]["sha256"] = "0" * 64
+
+
+def _cut_history(lines):
+    lines[1]["history"] = lines[1]["history"][:1]
+
+
+def _duplicate(lines):
+    lines.append(dict(lines[1]))
+
+
+def _conflict(lines):
+    lines.append({**lines[1], "seed": lines[1]["seed"], "eval": {**lines[1]["eval"], "pass@1": 1.0}})
+
+
+def _delete(lines):
+    del lines[2]
+
+
+def _rename_setting(lines):
+    lines[1]["setting"] = "bogus"
+
+
+def _nan(lines):
+    lines[1]["eval"]["pass@1"] = float("nan")
+
+
+def _string(lines):
+    lines[1]["history"][0]["reward"] = "0.5"
+
+
+@pytest.mark.parametrize("tamper, says", [
+    (_edit_number, "content differs from the manifest"), (_zero_sha, "content differs"),
+    (_cut_history, "content differs"), (_duplicate, "recorded twice"),
+    (_conflict, "recorded twice, differently"), (_delete, "in the manifest but not in the file"),
+    (_rename_setting, "content differs"), (_nan, "content differs"), (_string, "content differs"),
+])
+def test_a_tampered_record_is_refused_and_named(small_design, tamper, says):
+    path, _ = small_design
+    lines = _lines(path)
+    tamper(lines)
+    _rewrite(path, lines)
+    with pytest.raises(study.StaleStudy, match=says):
         study.load_records(path)
-    assert study.load_records(path, check=False) == [other]
+
+
+def test_a_consistent_forgery_is_still_refused_by_what_it_claims(small_design):
+    """Even with its manifest recomputed, a record of another arithmetic, another step count, a
+    NaN, a cell outside the design, or a design cell absent does not load."""
+    path, records = small_design
+    cases = {"arithmetic": {**records[0], "arithmetic": "e" * 64},
+             "steps": {**records[0], "steps": 2},
+             "not finite": {**records[0], "eval": {**records[0]["eval"], "pass@8": float("nan")}},
+             "outside the design": {**records[0], "setting": "bogus"}}
+    # each with a manifest that matches it, as a forger who reran the manifest would write
+    for says, forged in cases.items():
+        manifest_ok = [forged, *records[1:]]
+        lines = [{"manifest": {"design": study.design(), "records": {
+            f"{r['agent']}|{r['setting']}|{r['seed']}": study.record_digest(r)
+            for r in manifest_ok}}}, *manifest_ok]
+        _rewrite(path, lines)
+        with pytest.raises(study.StaleStudy, match=says if says != "steps" else "for 2 steps"):
+            study.load_records(path)
+    study._write(records[1:], path)
+    assert len(study.load_records(path, complete=False)) == len(records) - 1   # resumable
+    with pytest.raises(study.StaleStudy, match="1 design cells have no record"):
+        study.load_records(path)
+
+
+def test_a_file_without_a_manifest_or_unreadable_says_to_run_make_study(tmp_path):
+    path = tmp_path / "runs.jsonl.gz"
+    _rewrite(path, [study.record("none", "a", 0, fake_run(), study.EXPECTED)])
+    with pytest.raises(study.StaleStudy, match="no manifest line"):
+        study.load_records(path)
     path.write_bytes(b"not gzip")
     with pytest.raises(study.StaleStudy, match="make study"):
+        study.load_records(path)
+    path.write_bytes(gzip.compress(b""))
+    with pytest.raises(study.StaleStudy, match="no manifest line"):
         study.load_records(path)
 
 
 def test_records_group_by_agent_and_seed():
-    records = [study.record(s, a, seed, fake_run()) for a in ("x", "y") for s in ("none", "k")
-               for seed in (1, 0)]
+    records = [study.record(s, a, seed, fake_run(), study.EXPECTED) for a in ("x", "y")
+               for s in ("none", "k") for seed in (1, 0)]
     grouped = study.by_agent(records, settings=("none", "k"))
     assert list(grouped) == ["x", "y"] and len(grouped["x"]) == 2
     assert [per_seed["none"]["seed"] for per_seed in grouped["y"]] == [0, 1]

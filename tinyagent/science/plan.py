@@ -170,20 +170,40 @@ def values(claims, summaries, runs):
     return out
 
 
+def _bootstrap_means(values_by_agent, counts_by_agent):
+    """(parts, R): each resample's mean over agents of each agent's resampled mean over seeds."""
+    return sum(v.T @ counts for v, counts in zip(values_by_agent.values(), counts_by_agent)
+               ) / len(values_by_agent)
+
+
+def _counts(rng, n, resamples):
+    """How often each of n seeds is drawn in each resample (with replacement), divided by n:
+    (n, R), so that values.T @ counts is every resample's mean."""
+    return np.ascontiguousarray(rng.multinomial(n, np.full(n, 1 / n), size=resamples).T) / n
+
+
+def _percentiles(boot, level):
+    """np.quantile's linear percentiles (1 - level) / 2 and (1 + level) / 2 of each row, from
+    two order statistics each (np.partition) instead of a full sort."""
+    resamples = boot.shape[1]
+    out = []
+    for q in ((1 - level) / 2, (1 + level) / 2):
+        position = q * (resamples - 1)
+        k = int(np.floor(position))
+        k1 = min(k + 1, resamples - 1)
+        part = np.partition(boot, [k, k1], axis=1)
+        out.append(part[:, k] + (position - k) * (part[:, k1] - part[:, k]))
+    return out
+
+
 def intervals(values_by_agent, level, resamples=RESAMPLES, seed=0):
     """(effect, low, high), each an array over parts: the mean over agents of each agent's mean
     over seeds, and its stratified bootstrap percentile interval at `level`. One resample of
     seeds serves every part (counts @ values)."""
     rng = np.random.default_rng(seed)
-    boot, effect = 0.0, 0.0
-    for v in values_by_agent.values():
-        n = len(v)
-        counts = rng.multinomial(n, np.full(n, 1 / n), size=resamples)      # (R, n)
-        boot = boot + counts @ v / n
-        effect = effect + v.mean(0)
-    boot, effect = boot / len(values_by_agent), effect / len(values_by_agent)
-    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return effect, low, high
+    counts = [_counts(rng, len(v), resamples) for v in values_by_agent.values()]
+    effect = np.mean([v.mean(0) for v in values_by_agent.values()], 0)
+    return (effect, *_percentiles(_bootstrap_means(values_by_agent, counts), level))
 
 
 def _part_verdict(part, low, high):
@@ -205,8 +225,7 @@ def _combine(verdicts):
     return "unresolved"
 
 
-def _claim_verdicts(claims, values_by_agent, level, resamples, seed):
-    effect, low, high = intervals(values_by_agent, level, resamples, seed)
+def _claim_verdicts(claims, effect, low, high):
     out, i = [], 0
     for c in claims:
         n = len(c.parts)
@@ -216,11 +235,16 @@ def _claim_verdicts(claims, values_by_agent, level, resamples, seed):
     return out
 
 
+def _level(claims, m):
+    return 1 - ALPHA / (family_size(claims) if m is None else m)
+
+
 def verdicts(claims, values_by_agent, m=None, resamples=RESAMPLES, seeds=BOOTSTRAP_SEEDS):
     """One row per claim: its estimand, its first part's effect and interval, the verdict under
     the declared rule (unresolved where the ten bootstrap seeds disagree) and whether they did."""
-    level = 1 - ALPHA / (family_size(claims) if m is None else m)
-    runs = [_claim_verdicts(claims, values_by_agent, level, resamples, s) for s in seeds]
+    level = _level(claims, m)
+    runs = [_claim_verdicts(claims, *intervals(values_by_agent, level, resamples, s))
+            for s in seeds]
     rows = {}
     for k, c in enumerate(claims):
         found = {run[k][0] for run in runs}
@@ -249,3 +273,34 @@ def agreement(a, b):
     return {"same verdict": float(np.mean([x == y for x, y in pairs])),
             "contradictions": int(contradictions), "resolved": float(resolved),
             "claims": len(pairs)}
+
+
+def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples=RESAMPLES):
+    """The draw against itself: `splits` stratified random splits of every agent's seeds into two
+    halves, each half scored by the rule (one bootstrap seed per half). Returns (per claim, the
+    share of splits in which both halves give the same verdict; the three agreement numbers
+    pooled over all splits). The resample pattern of a half's positions is drawn once and the
+    seeds that fill the positions are drawn afresh per split, which keeps 1,000 splits to
+    seconds."""
+    level = _level(claims, m)
+    rng = np.random.default_rng(seed)
+    halves = {a: len(v) // 2 for a, v in values_by_agent.items()}
+    counts = [[_counts(rng, halves[a], resamples) for a in values_by_agent] for _ in range(2)]
+    same = np.zeros(len(claims))
+    first, second = [], []
+    for _ in range(splits):
+        verdict_sets = []
+        order = {a: rng.permutation(len(v)) for a, v in values_by_agent.items()}
+        for h in range(2):
+            part = {a: v[order[a][h * halves[a]:(h + 1) * halves[a]]]
+                    for a, v in values_by_agent.items()}
+            boot = _bootstrap_means(part, counts[h])
+            effect = np.mean([v.mean(0) for v in part.values()], 0)
+            verdict_sets.append([v[0] for v in _claim_verdicts(claims, effect,
+                                                                *_percentiles(boot, level))])
+        same += np.array([a == b for a, b in zip(*verdict_sets)])
+        first += verdict_sets[0]
+        second += verdict_sets[1]
+    keep = pd.Series(same / splits, index=pd.Index([c.key for c in claims], name="claim"),
+                     name="halves agree")
+    return keep, agreement(first, second)

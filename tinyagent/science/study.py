@@ -18,6 +18,7 @@ import argparse
 import gzip
 import hashlib
 import json
+import math
 import time
 
 from concurrent.futures import ProcessPoolExecutor
@@ -29,7 +30,8 @@ from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
 from ..harness.fingerprint import EXPECTED
 from ..harness.rebuild import held_out_behaviour
-from ..harness.runs import CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs
+from ..harness.runs import (CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs,
+                            worker_fingerprint)
 from ..policy import RL_BASE_CHECKPOINT, load_policy, save_policy
 from ..pretrain import DemoConfig, SFTConfig, build_rl_base
 
@@ -76,11 +78,17 @@ def _rounded(value):
     return value
 
 
-def record(setting, agent, seed, run):
-    """One run as plain data: what the claims and figures read, and what identifies its bits."""
-    return {"setting": setting, "agent": agent, "seed": seed, "steps": STEPS,
-            "code": CODE_VERSION, "arithmetic": EXPECTED, "sha256": params_sha256(run["state"]),
+def record(setting, agent, seed, run, arithmetic):
+    """One run as plain data: what the claims and figures read, and what identifies its bits:
+    the fingerprint it was computed under (`arithmetic`) and the steps its history holds."""
+    return {"setting": setting, "agent": agent, "seed": seed, "steps": len(run["history"]),
+            "code": CODE_VERSION, "arithmetic": arithmetic, "sha256": params_sha256(run["state"]),
             "history": _rounded(run["history"]), "eval": _rounded(run["eval"])}
+
+
+def record_digest(r):
+    """SHA-256 of a record's content, as the manifest holds it."""
+    return hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
 
 
 def jobs(agent, settings=SETTINGS, seeds=SEEDS):
@@ -90,32 +98,87 @@ def jobs(agent, settings=SETTINGS, seeds=SEEDS):
 
 
 class StaleStudy(RuntimeError):
-    """The committed records were made by other code or under another arithmetic."""
+    """The committed records cannot be what they claim: unreadable, edited, incomplete, foreign,
+    or made under another arithmetic."""
 
 
-def load_records(path=RECORDS, check=True):
-    """The study's records, one dict per run. With `check`, records made by other code or under
-    another arithmetic are refused: their numbers may not be what this code computes."""
+def _read_lines(path):
     try:
         with gzip.open(path, "rt") as f:
-            records = [json.loads(line) for line in f]
+            return [json.loads(line) for line in f]
     except (OSError, EOFError, json.JSONDecodeError) as err:
         raise StaleStudy(f"the study's records {path} cannot be read ({err}); run `make study` "
                          f"to recompute them") from None
-    if check:
-        stale = {(r["code"][:12], r["arithmetic"][:12]) for r in records
-                 if (r["code"], r["arithmetic"]) != (CODE_VERSION, EXPECTED)}
-        if stale:
-            raise StaleStudy(f"{path} holds records made by other code or arithmetic {sorted(stale)}"
-                             f" (this code: {CODE_VERSION[:12]}, arithmetic {EXPECTED[:12]}); "
-                             f"run `make study` to recompute them")
+
+
+def design(agents=None):
+    """The fresh draw's cells as the manifest states them."""
+    return {"agents": list(AGENTS if agents is None else agents), "settings": list(SETTINGS),
+            "seeds": list(SEEDS), "steps": STEPS, "arithmetic": EXPECTED}
+
+
+def _malformed(r, cell):
+    numbers = [r["eval"].get(k) for k in ("pass@1", "pass@8", "reads", "malformed")]
+    numbers += [log.get(k) for log in r["history"] for k in ("entropy", "reward", "kl")]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+               for x in numbers):
+        return f"{cell}: a number is missing, not a number, or not finite"
+    if r["steps"] != len(r["history"]) or len(r["sha256"]) != 64:
+        return f"{cell}: its history holds {len(r['history'])} steps, it says {r['steps']}"
+    return None
+
+
+def load_records(path=RECORDS, complete=True):
+    """The fresh draw's records, checked against the file's manifest (its first line: the design
+    and a SHA-256 per record). Refused, naming which: an unreadable file, a record whose content
+    is not its manifest's, a duplicated or conflicting cell, a cell outside the design or under
+    another arithmetic, a malformed record, and (with `complete`) any design cell absent. The
+    code hash each record carries is provenance: `make test` recomputes a slice bit for bit."""
+    lines = _read_lines(path)
+    if not lines or "manifest" not in lines[0]:
+        raise StaleStudy(f"{path} has no manifest line; only `make study` writes it")
+    manifest, records = lines[0]["manifest"], lines[1:]
+    want = manifest["design"]
+    problems, seen = [], {}
+    for r in records:
+        cell = f"{r.get('agent')}|{r.get('setting')}|{r.get('seed')}"
+        if cell in seen:
+            problems.append(f"{cell}: recorded twice"
+                            + ("" if record_digest(seen[cell]) == record_digest(r) else ", differently"))
+            continue
+        seen[cell] = r
+        if manifest["records"].get(cell) != record_digest(r):
+            problems.append(f"{cell}: content differs from the manifest's SHA-256 (edited, or "
+                            "not written by `make study`)")
+        elif (r["agent"] not in want["agents"] or r["setting"] not in want["settings"]
+              or r["seed"] not in want["seeds"]):
+            problems.append(f"{cell}: outside the design")
+        elif r["arithmetic"] != want["arithmetic"] or r["steps"] != want["steps"]:
+            problems.append(f"{cell}: computed under arithmetic {r['arithmetic'][:12]} for "
+                            f"{r['steps']} steps, not the design's {want['arithmetic'][:12]} and "
+                            f"{want['steps']}")
+        elif (bad := _malformed(r, cell)) is not None:
+            problems.append(bad)
+    listed_only = set(manifest["records"]) - set(seen)
+    problems += [f"{cell}: in the manifest but not in the file" for cell in sorted(listed_only)]
+    if want != design(want["agents"]) or want["agents"] != list(AGENTS):
+        problems.append(f"the manifest's design {want} is not this plan's {design()}")
+    if complete:
+        cells = {f"{a}|{s}|{seed}" for a in want["agents"] for s in want["settings"]
+                 for seed in want["seeds"]}
+        missing = sorted(cells - set(seen))
+        if missing:
+            problems.append(f"{len(missing)} design cells have no record, e.g. {missing[:3]}")
+    if problems:
+        raise StaleStudy(f"{path}: " + "; ".join(problems[:8])
+                         + (f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""))
     return records
 
 
 def load_pilot(path=PILOT):
     """The pilot's records, read as data: each carries the code and arithmetic that made it, and
     none is what this code computes (so none is checked against it)."""
-    records = load_records(path, check=False)
+    records = _read_lines(path)
     unlabelled = [i for i, r in enumerate(records) if not (r.get("code") and r.get("arithmetic"))]
     if unlabelled:
         raise StaleStudy(f"{path}: records {unlabelled[:5]} do not say which code and arithmetic "
@@ -145,11 +208,15 @@ def by_agent(records, settings=SETTINGS):
 
 
 def _write(records, path=RECORDS):
+    """The records, in design order, after their manifest line (design and SHA-256 per record)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     order = {a: i for i, a in enumerate(AGENTS)}
     records = sorted(records, key=lambda r: (order[r["agent"]], SETTINGS.index(r["setting"]),
                                              r["seed"]))
-    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    manifest = {"design": design(), "records": {f"{r['agent']}|{r['setting']}|{r['seed']}":
+                                                record_digest(r) for r in records}}
+    lines = [{"manifest": manifest}, *records]
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in lines)
     write_atomically(path, gzip.compress(text.encode(), mtime=0))   # mtime 0: the same bytes
 
 
@@ -157,25 +224,28 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
     """Every missing run, in blocks of ten seeds (seeds 0-9 of every agent and setting, then
     10-19), writing the records after each block of ten runs: a study stopped early keeps what
     it finished, balanced across agents, and the run cache keeps the runs."""
-    try:
-        done = {(r["agent"], r["setting"], r["seed"]): r for r in load_records()}
-    except StaleStudy:
-        done = {}
+    if (arithmetic := worker_fingerprint()) != EXPECTED:
+        raise StaleStudy(f"the run workers compute arithmetic {arithmetic[:12]}, not the design's "
+                         f"{EXPECTED[:12]}: the draw's records would not be what the notebooks "
+                         f"compute (`make doctor` says why)")
+    done = ({(r["agent"], r["setting"], r["seed"]): r for r in load_records(complete=False)}
+            if RECORDS.exists() else {})      # a file that fails its checks stops the study
     start, total, before = time.perf_counter(), len(agents) * len(SETTINGS) * len(SEEDS), len(done)
     for block in blocks:
         for agent in agents:
-            for setting in SETTINGS:
-                if all((agent, setting, seed) in done for seed in block):
-                    continue
-                runs = regularized_runs(jobs(agent, (setting,), block), workers=workers,
-                                        executor=executor, desc=f"{agent} {setting}")
-                for seed, run in zip(block, runs):
-                    done[(agent, setting, seed)] = record(setting, agent, seed, run)
-                _write(list(done.values()))
-                minutes = (time.perf_counter() - start) / 60
-                left = minutes / (len(done) - before) * (total - len(done))
-                print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min, about "
-                      f"{left:.0f} min to go)", flush=True)
+            cells = [(s, seed) for s in SETTINGS for seed in block if (agent, s, seed) not in done]
+            if not cells:
+                continue
+            todo = [jobs(agent, (s,), (seed,))[0] for s, seed in cells]
+            runs = regularized_runs(todo, workers=workers, executor=executor,
+                                    desc=f"{agent}, seeds {block[0]}-{block[-1]}")
+            for (setting, seed), run in zip(cells, runs):
+                done[(agent, setting, seed)] = record(setting, agent, seed, run, arithmetic)
+            _write(list(done.values()))
+            minutes = (time.perf_counter() - start) / 60
+            left = minutes / (len(done) - before) * (total - len(done))
+            print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min, about "
+                  f"{left:.0f} min to go)", flush=True)
     return list(done.values())
 
 
