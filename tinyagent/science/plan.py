@@ -126,8 +126,9 @@ def _signed_parts(noise=PASS1_NOISE):
     }
 
 
-def scored_claims():
-    """Every claim of the plan, in its order, with its parts (not-scored claims left out)."""
+def scored_claims(keys=None):
+    """The plan's claims (all, or those of `keys`), in its order, with their parts; not-scored
+    claims are left out."""
     by_key = {c.key: (c, "summary") for c in comparison_claims()}
     by_key |= {c.key: (c, "run") for c in figure_claims() + entropy_fall_claims()
                + beta_size_claims()}
@@ -135,7 +136,7 @@ def scored_claims():
     out = []
     for key, declared in PLAN["claims"].items():
         estimand = declared["estimand"]
-        if estimand == "not scored":
+        if estimand == "not scored" or (keys is not None and key not in keys):
             continue
         claim, source = by_key[key]
         if estimand == "per-run frequency":
@@ -236,7 +237,9 @@ def _claim_verdicts(claims, effect, low, high):
 
 
 def _level(claims, m):
-    return 1 - ALPHA / (family_size(claims) if m is None else m)
+    """The Bonferroni level: over every part of the plan unless `m` says otherwise (a table of
+    some of the claims keeps the whole family's level)."""
+    return 1 - ALPHA / (family_size() if m is None else m)
 
 
 def verdicts(claims, values_by_agent, m=None, resamples=RESAMPLES, seeds=BOOTSTRAP_SEEDS):
@@ -304,3 +307,26 @@ def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples
     keep = pd.Series(same / splits, index=pd.Index([c.key for c in claims], name="claim"),
                      name="halves agree")
     return keep, agreement(first, second)
+
+
+def study_values(records, claims):
+    """`values` of `claims` on a study's records (the pilot's or the fresh draw's)."""
+    from . import diagnostics, study
+    runs = study.by_agent(records)
+    summaries = {agent: [{label: diagnostics.run_summary(r) for label, r in seed.items()}
+                         for seed in seeds] for agent, seeds in runs.items()}
+    return values(claims, summaries, runs)
+
+
+def table(claims, values_by_agent, live=None):
+    """The verdict table a notebook prints: estimand, first part's effect and interval, verdict
+    over every agent, each agent's own verdict, and with `live` (report.score_claims's table of
+    the same claims on the notebook's seeds) the live k of n beside them, a count, not a verdict."""
+    out = verdicts(claims, values_by_agent).join(per_agent(claims, values_by_agent))
+    out["across checkpoints"] = [
+        row["verdict"] if row["verdict"] != "unresolved"
+        and all(row[a] == row["verdict"] for a in values_by_agent) else "" for _, row in out.iterrows()]
+    if live is not None:
+        out["live, k of n"] = (live["holds in"].astype(str) + " of "
+                               + live["of seeds"].astype(str)).reindex(out.index)
+    return out.drop(columns=["unstable"] if not out["unstable"].any() else [])
