@@ -154,3 +154,12 @@ def test_rounded_table_rounds_each_column_and_shows_no_negative_zero():
     assert table["a"].tolist() == [0.0, 0.123] and table["b"].tolist() == [0.0, 2.5]
     assert not np.signbit(table.to_numpy()).any()
     assert "-0.0" not in table.to_string()
+
+
+def test_score_claims_refuses_no_claims_and_a_measure_that_is_not_a_number():
+    claim = Claim("x", "x", lambda r: r["x"], lambda v: v > 0)
+    with pytest.raises(ValueError, match="at least one claim"):
+        score_claims([], [{"x": 1}])
+    for bad in (None, "0.5", [1]):
+        with pytest.raises(ValueError, match="claim 'x' measured .* at seed 0; its measure must"):
+            score_claims([claim], [{"x": bad}])

@@ -14,6 +14,7 @@ count is one per process, and two runs sharing a process would share it.
 from contextlib import contextmanager
 
 from ..arithmetic import PINS
+from ..checks import positive_int
 
 
 @contextmanager
@@ -40,6 +41,7 @@ def dask_executor(address):
 def local_cluster(n_workers=2):
     """A Dask cluster of `n_workers` single-thread worker processes on loopback, started with the
     pins in their environment: for trying the remote path on one machine (and for the tests)."""
+    positive_int("n_workers", n_workers)
     from distributed import LocalCluster
     return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                         host="127.0.0.1", dashboard_address=None, env=dict(PINS))

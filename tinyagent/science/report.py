@@ -171,7 +171,16 @@ def claim_values(claim, results_by_seed, seeds=None):
     if len(seeds) != len(results_by_seed):
         raise ValueError(f"need one seed per result, got {len(seeds)} seeds {seeds} for "
                          f"{len(results_by_seed)} results")
-    values = [float(claim.measure(results)) for results in results_by_seed]
+    values = []
+    for seed, results in zip(seeds, results_by_seed):
+        value = claim.measure(results)
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            values.append(float(value))
+        except (TypeError, ValueError):
+            raise ValueError(f"claim {claim.key!r} measured {value!r:.80} at seed {seed}; its "
+                             f"measure must return a real number") from None
     bad = [(seed, v) for seed, v in zip(seeds, values) if not math.isfinite(v)]
     if bad:
         raise ValueError(f"claim {claim.key!r} measured a non-finite value at seed(s) "
@@ -196,7 +205,9 @@ def failing_seeds(claims, results_by_seed, seeds):
 def score_claims(claims, results_by_seed, digits=3):
     """Every claim on every seed: the book's value, ours at the first seed, in how many seeds it
     holds, the measured quantity's median and range, and the category from the rule."""
-    results_by_seed = list(results_by_seed)
+    results_by_seed, claims = list(results_by_seed), list(claims)
+    if not claims:
+        raise ValueError("score_claims needs at least one claim (a list of report.Claim), got none")
     rows = []
     for claim in claims:
         values = claim_values(claim, results_by_seed)
