@@ -122,8 +122,8 @@ def test_the_layers_are_the_ones_the_design_names():
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
                                  "contract", "probe", "rebuild")}
     assert {m for m in MODULES if _layer(m) == "science"} == {"science", CLAIMS} | {
-        f"science.{m}" for m in ("experiments", "study", "verdicts", "report", "book", "plots",
-                                 "diagnostics")}
+        f"science.{m}" for m in ("experiments", "study", "plan", "placement", "report", "book",
+                                 "plots", "diagnostics")}
 
 
 # What the book's code still imports from the harness until the fingerprint check leaves the
@@ -329,4 +329,4 @@ def test_names_the_notebooks_import_from_the_package_still_import():
                            pass_at_k, token_logprobs, train_rl)
     from tinyagent import chapter9, checks, pretrain  # noqa: F401
     from tinyagent.harness import runs  # noqa: F401
-    from tinyagent.science import claims, diagnostics, experiments, study, verdicts  # noqa: F401
+    from tinyagent.science import claims, diagnostics, experiments, placement, plan, study  # noqa: F401

@@ -26,6 +26,7 @@ import pandas as pd
 from ..harness.cache import PACKAGE
 from .claims import (NEAR_ENTROPY, SAME_REWARD, TRACK_REWARD, WINDOWS, beta_size_claims,
                      comparison_claims, entropy_fall_claims, figure_claims, series, window_means)
+from . import study
 from .claims.comparison import LOSSES, NEAR_DISTANCE
 from .experiments import COMPARISON
 from .report import PASS1_NOISE
@@ -311,11 +312,7 @@ def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples
 
 def study_values(records, claims):
     """`values` of `claims` on a study's records (the pilot's or the fresh draw's)."""
-    from . import diagnostics, study
-    runs = study.by_agent(records)
-    summaries = {agent: [{label: diagnostics.run_summary(r) for label, r in seed.items()}
-                         for seed in seeds] for agent, seeds in runs.items()}
-    return values(claims, summaries, runs)
+    return values(claims, study.summaries(records), study.by_agent(records))
 
 
 def table(claims, values_by_agent, live=None):

@@ -26,6 +26,7 @@ from multiprocessing import get_context
 
 from ..arithmetic import pinned_environment
 from ..harness.cluster import dask_executor
+from .diagnostics import run_summary
 from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
 from ..harness.fingerprint import EXPECTED
@@ -205,6 +206,12 @@ def by_agent(records, settings=SETTINGS):
     grouped = {agent: [seeds[s] for s in sorted(seeds) if set(seeds[s]) >= set(settings)]
                for agent, seeds in table.items()}
     return {agent: per_seed for agent, per_seed in grouped.items() if per_seed}
+
+
+def summaries(records):
+    """{agent: one {setting: diagnostics.run_summary} per seed}: what the table's claims read."""
+    return {agent: [{label: run_summary(r) for label, r in seed.items()} for seed in seeds]
+            for agent, seeds in by_agent(records).items()}
 
 
 def _write(records, path=RECORDS):

@@ -1,0 +1,30 @@
+"""Tests of tinyagent.science.placement: the book's numbers placed in our distribution."""
+import numpy as np
+import pytest
+
+from tinyagent.science.placement import book_in_distribution
+
+
+def test_a_book_number_is_placed_at_its_percentile_among_our_runs():
+    ours = {"a": {"none": {"pass@1": np.linspace(0, 1, 21)}},
+            "b": {"none": {"pass@1": np.linspace(0.5, 1.5, 21)}}}
+    table = book_in_distribution({"none": {"pass@1": 2.0}}, ours, ["pass@1", "reads"])
+    (row,) = table.to_dict("records")
+    assert row["percentile"] == 100 and not row["inside"] and row["inside agents"] == "none"
+    table = book_in_distribution({"none": {"pass@1": 0.2}}, ours, ["pass@1"])
+    assert table.loc[0, "inside agents"] == "a" and table.loc[0, "inside"]
+
+
+OURS = {"a": {"none": {"pass@1": np.linspace(0, 1, 21)}}}
+
+
+@pytest.mark.parametrize("book, kwargs, says", [
+    ({"none": {"pass@1": float("nan")}}, {}, "must be finite"),
+    ({"none": {"pass@1": 0.5}}, {"central": -0.5}, "central must be a share"),
+    ({"none": {"pass@1": 0.5}}, {"central": 90}, "central must be a share"),
+    ({"none": {"pass@1": 0.5}}, {"columns": "pass@1"}, "columns must be a non-empty list"),
+    ({"none": {"pass@1": 0.5}}, {"columns": []}, "columns must be a non-empty list"),
+])
+def test_odd_arguments_are_refused_naming_what_is_allowed(book, kwargs, says):
+    with pytest.raises(ValueError, match=says):
+        book_in_distribution(book, OURS, **{"columns": ["pass@1"], **kwargs})

@@ -1,0 +1,41 @@
+"""The book's numbers placed among our runs: for each number of a printed table, its percentile
+among the study's runs of that setting and whether it lies inside their central share, overall and
+within each base agent. A placement, not a verdict (plan.py decides the claims)."""
+import math
+
+import numpy as np
+import pandas as pd
+
+
+def book_in_distribution(book, ours_by_agent, columns, central=0.90):
+    """Each number of the book's table placed among the study's runs of that setting: its
+    percentile among all of them, whether it lies inside their central 90%, and inside which
+    agents' central 90% it lies. `book` maps setting -> {column: number}; `ours_by_agent` maps
+    agent -> setting -> column -> array over seeds."""
+    if not 0 < central < 1:
+        raise ValueError(f"central must be a share strictly between 0 and 1, got {central!r}")
+    if isinstance(columns, str) or not columns:
+        raise ValueError(f"columns must be a non-empty list of column names, got {columns!r}")
+    lo_q, hi_q = (1 - central) / 2, (1 + central) / 2
+    rows = []
+    for setting, printed in book.items():
+        for column in columns:
+            if printed.get(column) is None:             # not printed by the book
+                continue
+            value = printed[column]
+            if not math.isfinite(value):
+                raise ValueError(f"the book's {setting!r} {column!r} is {value!r}; a printed number "
+                                 f"must be finite (leave it out, or None, when the book prints none)")
+            per_agent = {a: np.asarray(s[setting][column], float) for a, s in ours_by_agent.items()}
+            pooled = np.concatenate(list(per_agent.values()))
+            lo, hi = np.quantile(pooled, [lo_q, hi_q])
+            inside_agents = [a for a, v in per_agent.items()
+                             if np.quantile(v, lo_q) <= value <= np.quantile(v, hi_q)]
+            rows.append({"setting": setting, "column": column, "book": value,
+                         "our median": float(np.median(pooled)),
+                         "our 5%": float(lo), "our 95%": float(hi),
+                         "percentile": 100.0 * float(np.mean(pooled < value)
+                                                     + 0.5 * np.mean(pooled == value)),
+                         "inside": bool(lo <= value <= hi),
+                         "inside agents": ", ".join(inside_agents) or "none"})
+    return pd.DataFrame(rows)
