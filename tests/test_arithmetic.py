@@ -92,23 +92,20 @@ def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):
     assert os.environ["ONEDNN_MAX_CPU_ISA"] == "SSE41"       # the caller's environment is back
 
 
-# What training, evaluation and SFT each compute first, as a reader's script would call them.
+# The entry points that compute in their own process, as `make` and a notebook call them: each checks
+# the arithmetic before any work (the book's code does not import the harness, so it does not).
 ENTRY_POINTS = {
-    "train_rl": "from tinyagent.grpo import RLConfig, train_rl\n"
-                "from tinyagent.policy import load_rl_base\n"
-                "train_rl(load_rl_base(), RLConfig(tasks_per_step=1, group_size=2), steps=1, progress=False)",
-    "evaluate": "from tinyagent.evaluate import evaluate\n"
-                "from tinyagent.policy import load_rl_base\n"
-                "evaluate(load_rl_base(), n=8)",
-    "sft": "from tinyagent.policy import Policy\n"
-           "from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft\n"
-           "sft(Policy(), *make_demonstrations(DemoConfig(n_demos=8)), SFTConfig(steps=1, batch_size=2))",
+    "make pretrain": "from tinyagent.harness import rebuild\n"
+                     "rebuild.main(['--out', '/nonexistent/rl_base.pt'])",
+    "make agents": "from tinyagent.science import study\nstudy._build('agent_999')",
+    "a notebook's setup cell": "from tinyagent.harness.fingerprint import check_arithmetic\n"
+                               "check_arithmetic()",
 }
 
 
-@pytest.mark.parametrize("entry, override", [("train_rl", "ATEN_CPU_CAPABILITY=default"),
-                                             ("evaluate", "ATEN_CPU_CAPABILITY=avx512"),
-                                             ("sft", "ATEN_CPU_CAPABILITY=default")])
+@pytest.mark.parametrize("entry, override", [("make pretrain", "ATEN_CPU_CAPABILITY=default"),
+                                             ("make agents", "ATEN_CPU_CAPABILITY=avx512"),
+                                             ("a notebook's setup cell", "ATEN_CPU_CAPABILITY=default")])
 def test_computing_under_another_arithmetic_names_the_setting(entry, override):
     code = "import warnings; warnings.simplefilter('error')\n" + ENTRY_POINTS[entry]
     name, value = override.split("=")
@@ -117,6 +114,12 @@ def test_computing_under_another_arithmetic_names_the_setting(entry, override):
     assert done.returncode != 0 and "fingerprint" in done.stderr and override in done.stderr
     assert "first part in the sampling" in done.stderr          # where the bits part
     assert "OMP_NUM_THREADS" not in done.stderr                 # the fingerprint sets its own
+    assert "Traceback" in done.stderr and "sft step" not in done.stdout   # before any work
+
+
+def test_the_check_is_silent_under_the_pins():
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            + ENTRY_POINTS["a notebook's setup cell"])
     pinned = subprocess.run([sys.executable, "-c", code], env=clean_env(dict(PINS)),
                             capture_output=True, text=True)
-    assert pinned.returncode == 0, pinned.stderr               # the same call, pinned, is silent
+    assert pinned.returncode == 0, pinned.stderr

@@ -126,15 +126,9 @@ def test_the_layers_are_the_ones_the_design_names():
                                  "plots", "diagnostics")}
 
 
-# What the book's code still imports from the harness until the fingerprint check leaves the
-# trainer, the evaluation and SFT for the harness's entry points (issue 29, the next step).
-NOT_YET = {"grpo": {"harness.fingerprint"}, "evaluate": {"harness.fingerprint"},
-           "pretrain": {"harness.fingerprint"}}
-
-
 def test_the_books_code_imports_neither_the_harness_nor_the_science():
     for module in TOP:
-        below = {m for m in GRAPH[module] if _layer(m)} - NOT_YET.get(module, set())
+        below = {m for m in GRAPH[module] if _layer(m)}
         assert not below, f"{module} (the book's code) imports {sorted(below)}"
 
 
@@ -157,8 +151,7 @@ def test_the_direction_holds_at_run_time(fresh):
     importing one of the harness loads none of the science."""
     allowed = {"": {""}, "harness": {"", "harness"}, "science": {"", "harness", "science"}}
     for module in MODULES:
-        exempt = set().union(*(NOT_YET.get(m, set()) for m in {module} | closure(module)))
-        loaded = {_layer(m) for m in fresh[module][0] - exempt - _packages(exempt)}
+        loaded = {_layer(m) for m in fresh[module][0]}
         assert loaded <= allowed[_layer(module)], (module, sorted(fresh[module][0]))
 
 

@@ -14,7 +14,6 @@ from .adam import Adam
 from .arithmetic import torch_threads
 from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
                      temperature)
-from .harness.fingerprint import check_arithmetic
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
@@ -234,7 +233,6 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None
     bits of 80."""
     positive_int("steps", steps)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
-    check_arithmetic()
     reference = frozen_copy(policy) if reference is None else reference
     optimizer = Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
     gen = torch.Generator().manual_seed(cfg.seed) if generator is None else generator

@@ -22,7 +22,6 @@ import torch.nn.functional as F
 
 from .adam import Adam
 from .arithmetic import torch_threads
-from .harness.fingerprint import check_arithmetic
 from .gym import N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .policy import Policy
 from .vocab import ID, PAD, WORDS, encode
@@ -126,7 +125,6 @@ def sft_loss(policy, tokens, mask):
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
     threads (so the bytes do not depend on OMP_NUM_THREADS)."""
-    check_arithmetic()
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = Adam(policy.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(

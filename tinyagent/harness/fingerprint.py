@@ -10,8 +10,10 @@ rounds one product differently, listed or not, changes it.
 The computation is hashed by parts (sampling, forward, backward, optimizer step), recorded in
 `EXPECTED_PARTS` when the stored outputs were computed (`python -m tinyagent.harness.fingerprint --parts`
 prints this process's), so that a mismatch names the first part whose bits differ and the kernels
-in it; `EXPECTED`, one hash over the parts, is what the run cache keys by. Training, evaluation, SFT and
-every run worker call `check_arithmetic()` before they compute: a mismatch warns once per process,
+in it; `EXPECTED`, one hash over the parts, is what the run cache keys by. The harness's entry points
+(every run worker, `make pretrain`, `make agents`) and the trained notebooks' setup cells call
+`check_arithmetic()` before they compute (`make bench` prints whether it matches); the book's code does not import the harness, so
+a reader's own script calls it too. A mismatch warns once per process,
 naming the settings that differ from the pins, and the run cache keys every run by the fingerprint
 its worker computed under, so a run computed under another arithmetic is never served as ours.
 """

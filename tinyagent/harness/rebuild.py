@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..evaluate import EVAL_SEED, heldout_rollout
+from .fingerprint import check_arithmetic
 from ..gym import HELDOUT_TASKS
 from ..kl import entropy
 from ..policy import (RL_BASE_CHECKPOINT as CHECKPOINT, is_shipped_checkpoint, load_policy,
@@ -97,6 +98,7 @@ def main(argv=None):
     if args.attempts < 2:
         parser.error(f"--attempts must be at least 2 (for a standard error), got {args.attempts}")
 
+    check_arithmetic()
     shipped_bytes = CHECKPOINT.read_bytes() if CHECKPOINT.exists() else None
     try:
         shipped = load_policy(CHECKPOINT)                      # before a --replace overwrites it

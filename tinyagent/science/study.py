@@ -29,7 +29,7 @@ from ..harness.cluster import dask_executor
 from .diagnostics import run_summary
 from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
-from ..harness.fingerprint import EXPECTED
+from ..harness.fingerprint import EXPECTED, check_arithmetic
 from ..harness.rebuild import held_out_behaviour
 from ..harness.runs import (CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs,
                             worker_fingerprint)
@@ -266,6 +266,7 @@ def _check(agent):
 def _build(agent):
     """Build agent_k (demonstrations and SFT at seed k) beside the shipped agent, unless a valid
     checkpoint is already there, and check it against the regime."""
+    check_arithmetic()
     path = RL_BASE_CHECKPOINT.with_name(f"{agent}.pt")
     try:
         load_policy(path)
