@@ -226,3 +226,18 @@ def test_write_atomically_takes_a_long_name_and_refuses_a_missing_directory(tmp_
     assert [p.name for p in tmp_path.iterdir()] == [name]
     with pytest.raises(FileNotFoundError, match="missing is not a directory"):
         write_atomically(tmp_path / "missing" / "x.bin", b"x")
+
+
+def test_save_policy_adds_beside_the_shipped_checkpoint_but_never_overwrites_there(tmp_path, monkeypatch):
+    import tinyagent.policy as policy_module
+    shipped = tmp_path / "checkpoints" / "rl_base.pt"
+    shipped.parent.mkdir()
+    monkeypatch.setattr(policy_module, "RL_BASE_CHECKPOINT", shipped)
+    save_policy(Policy(seed=1), shipped, replace_shipped=True)
+    study_agent = shipped.with_name("agent_1.pt")
+    save_policy(Policy(seed=2), study_agent)                   # a new agent may be added
+    before = study_agent.read_bytes()
+    with pytest.raises(ValueError, match="committed checkpoints are not overwritten"):
+        save_policy(Policy(seed=3), study_agent)
+    assert study_agent.read_bytes() == before
+    save_policy(Policy(seed=3), tmp_path / "elsewhere.pt")      # anywhere else is allowed

@@ -170,6 +170,8 @@ def test_the_committed_pilot_is_complete_and_every_record_carries_its_identity()
 
 def test_the_draws_agents_are_the_plans_count_inside_its_bands_and_differ():
     from tinyagent.harness.runs import policy_digest
+    if not study.AGENT_RECORDS.exists():
+        pytest.skip(f"the draw's agents are not built yet ({study.AGENT_RECORDS.name}; make agents)")
     built = json.loads(study.AGENT_RECORDS.read_text())
     assert len(study.AGENTS) == len(json.loads(study.PLAN.read_text())["design"]["agents"])
     assert all(v["inside"] for agent in study.AGENTS for v in built["checks"][agent].values())

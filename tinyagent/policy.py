@@ -222,12 +222,17 @@ def save_policy(policy, path, replace_shipped=False):
     """Write the checkpoint (`path` ends in .pt) and its `.sha256` file beside it, each written
     atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256.
     The shipped checkpoint is refused under any spelling unless `replace_shipped` is True (what
-    `python -m tinyagent.harness.rebuild --replace` passes)."""
+    `python -m tinyagent.harness.rebuild --replace` passes), and so is any checkpoint already
+    beside it (the study's agents): a new one may be added there, none overwritten."""
     path = path_arg("path", path)
     sums = _checksum_path(path)
     if not replace_shipped and (is_shipped_checkpoint(path) or is_shipped_checkpoint(sums)):
         raise ValueError(f"{path} is the shipped checkpoint {RL_BASE_CHECKPOINT}; save elsewhere, "
                          f"or rebuild it with `python -m tinyagent.harness.rebuild --replace`")
+    beside = path.resolve().parent == RL_BASE_CHECKPOINT.parent.resolve()
+    if beside and not is_shipped_checkpoint(path) and (path.exists() or sums.exists()):
+        raise ValueError(f"{path} is a committed checkpoint beside the shipped one; committed "
+                         f"checkpoints are not overwritten: save elsewhere, or under a new name")
     data = _state_bytes(policy)
     digest = hashlib.sha256(data).hexdigest()
     write_atomically(path, data)      # killed before the next line: the checksums differ, and
