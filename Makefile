@@ -131,7 +131,7 @@ chapter9: $(STAMP)
 	$(BIN)/python -m tinyagent.chapter9
 
 # The study's fresh draw (tinyagent/science/study.py, declared in tinyagent/data/study_plan.json).
-# make agents: build agent_3, agent_4, ... two at a time (SFT, about 5 min each) and check every
+# make agents: build agent_3, agent_4, ... one at a time (SFT, about 9 min each here) and check every
 # agent against the plan's regime bands, into tinyagent/checkpoints/ and data/study_agents.json.
 # make study: 6 agents x 9 settings x 20 seeds, what is missing computed on every core (resumable:
 # stop it and run it again), records in tinyagent/data/. On a Dask cluster: make study CLUSTER=tcp://host:8786
