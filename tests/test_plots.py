@@ -100,3 +100,25 @@ def test_the_committed_figures_are_written_only_when_a_make_step_asks(tmp_path, 
     save_figure(fig, "f")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
     plt.close(fig)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("curves", [[], [[]], [1.0, 2.0], [[1.0, 2.0], [1.0]], [["a", "b"]],
+                                    [[1.0, NAN]], [[1.0, 2.0], [INF, 2.0]], None])
+def test_median_band_takes_curves_of_finite_numbers_one_row_per_seed_only(curves):
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match=r"curves must be (\(seeds, steps\)|finite numbers)"):
+        median_band(ax, curves, dict(color="tab:blue"))
+    assert not ax.lines and not ax.collections                  # refused before drawing
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("style", [{"lw": 1.0}, "tab:blue", None, [("color", "tab:blue")]])
+def test_median_band_takes_a_style_with_a_colour_only(style):
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match="style must be a dict of line properties with a 'color'"):
+        median_band(ax, [[1.0, 2.0], [2.0, 3.0]], style)
+    assert not ax.lines and not ax.collections
+    plt.close(fig)

@@ -7,6 +7,7 @@ the plotted data first, so notebooks plot their numbers as they are.
 """
 import io
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -55,10 +56,31 @@ def round_plotted_data(fig):
         ax.set_ylim(*(float(f"{v:.7g}") for v in ax.get_ylim()))    # data, to 7 digits too
 
 
+def curves_array(curves):
+    """`curves` as a float64 array (seeds, steps): at least one seed and one step, rows of one
+    length, every value a finite number. A NaN would be drawn as a gap, and a ragged or 1-D list
+    would fail deep inside numpy."""
+    try:
+        array = np.asarray(curves, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"curves must be (seeds, steps): one list of numbers per seed, all of "
+                         f"one length, at least one seed and one step (report.logged_series "
+                         f"gives it), got {curves!r:.100}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"curves must be finite numbers, got NaN or inf at (seed, step) "
+                         f"{[tuple(i) for i in np.argwhere(~np.isfinite(array))[:3].tolist()]}")
+    return array
+
+
 def median_band(ax, curves, style):
     """A setting's runs over seeds, `curves` (seeds, steps): the median as a line and, for more
     than one seed, the band from the lowest to the highest, in the line's colour."""
-    curves = np.asarray(curves, dtype=np.float64)
+    curves = curves_array(curves)
+    if not isinstance(style, Mapping) or "color" not in style:
+        raise ValueError(f"style must be a dict of line properties with a 'color' (the band is "
+                         f"drawn in the line's colour), got {style!r:.100}")
     steps = np.arange(curves.shape[1])
     if len(curves) > 1:
         ax.fill_between(steps, curves.min(0), curves.max(0), color=style["color"], alpha=0.15,
