@@ -508,3 +508,17 @@ def test_every_name_the_notebooks_use_is_importable_from_the_package():
     assert {"series", "reset_claims", "failing_seeds"} <= used
     assert all(hasattr(C, name) for name in used), sorted(n for n in used
                                                                    if not hasattr(C, n))
+
+
+
+@pytest.mark.parametrize("results,label,key,message", [
+    ({"none": {"history": [{"reward": 1.0}]}}, "bogus", "reward",
+     r"no run 'bogus' in the seed's results; they hold \['none'\]"),
+    ({"none": {"history": [{"reward": 1.0}]}}, "none", "bogus",
+     r"the run 'none' did not log 'bogus' \(at step 0\); it logged \['reward'\]"),
+    ({"none": {"eval": {}}}, "none", "reward", "the run 'none' must be a run"),
+    ([{"history": []}], "none", "reward", "no run 'none'")])
+def test_a_claim_reads_only_a_run_and_a_quantity_that_were_logged(results, label, key, message):
+    from tinyagent.science.claims.figure import series
+    with pytest.raises(ValueError, match=message):
+        series(results, label, key)

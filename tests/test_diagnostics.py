@@ -160,7 +160,7 @@ def test_run_summary_reads_the_table_columns_and_the_claims_quantities():
     assert row["late_reward"] == pytest.approx(sum(range(30, 40)) / 40 / 10)
 
 
-@pytest.mark.parametrize("late_steps", [0, 4, 1.5])
+@pytest.mark.parametrize("late_steps", [0, 4, 1.5, 2.0, True, "3", None])
 def test_run_summary_refuses_late_steps_outside_the_run(late_steps):
     run = {"history": [{"entropy": 0.5, "reward": 0.1}] * 3,
            "eval": {"pass@1": 0.5, "pass@8": 0.9, "distinct": 2.0, "distinct_raw": 2.0,

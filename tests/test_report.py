@@ -163,3 +163,64 @@ def test_score_claims_refuses_no_claims_and_a_measure_that_is_not_a_number():
     for bad in (None, "0.5", [1]):
         with pytest.raises(ValueError, match="claim 'x' measured .* at seed 0; its measure must"):
             score_claims([claim], [{"x": bad}])
+
+
+# ----------------------------------------------------------------------------- bad input, round 3
+
+@pytest.mark.parametrize("places", [2.5, -1, 16, True, "3", None])
+def test_every_table_takes_a_count_of_decimals_only(places):
+    with pytest.raises(ValueError, match=r"digits\['p'\] \(decimals\) must be an integer in "
+                                         r"\[0, 15\]"):
+        book_vs_ours({"r": {"p": 1.0}}, {}, {"p": places})
+    with pytest.raises(ValueError, match=r"digits\['p'\] \(decimals\) must be an integer"):
+        over_seeds({"r": [{"p": 1.0}]}, {"p": places})
+    with pytest.raises(ValueError, match=r"digits must be an integer in \[0, 15\]"):
+        quantiles_over_seeds({"p": [1.0, 2.0]}, {}, places)
+
+
+@pytest.mark.parametrize("digits", [3, None, ["p"], "p"])
+def test_per_column_tables_take_digits_as_a_mapping(digits):
+    for table in (lambda: book_vs_ours({"r": {"p": 1.0}}, {}, digits),
+                  lambda: over_seeds({"r": [{"p": 1.0}]}, digits)):
+        with pytest.raises(TypeError, match="digits must map each column to its decimals"):
+            table()
+
+
+@pytest.mark.parametrize("per_seed,message", [
+    ({"r": [{"b": 1.0}]}, r"per_seed\['r'\] at seed 0 has no column 'p'.*it has \['b'\]"),
+    ({"r": [{"p": 1.0}, {"b": 1.0}]}, r"per_seed\['r'\] at seed 1 has no column 'p'"),
+    ({}, "per_seed must map at least one row"),
+    ([{"p": 1.0}], "per_seed must map at least one row")])
+def test_over_seeds_names_the_row_and_seed_that_lack_a_column(per_seed, message):
+    with pytest.raises(ValueError, match=message):
+        over_seeds(per_seed, {"p": 2})
+
+
+@pytest.mark.parametrize("per_seed", [{}, {"q": []}, pd.DataFrame()])
+def test_quantiles_over_seeds_needs_at_least_one_seed(per_seed):
+    with pytest.raises(ValueError, match="per_seed must hold at least one seed's results"):
+        quantiles_over_seeds(per_seed, {}, 2)
+
+
+def _run(*rewards):
+    return {"history": [{"reward": r} for r in rewards]}
+
+
+@pytest.mark.parametrize("runs,message", [
+    ([_run(1.0), _run(1.0, 0.5)], r"different numbers of steps \[1, 2\]"),
+    ([_run(1.0), {"history": [{"entropy": 0.5}]}],
+     r"run 1 did not log 'reward' \(at step 0\); it logged \['entropy'\]"),
+    ([_run(1.0), {"eval": {}}], "run 1 must be a run: a dict whose 'history'"),
+    ([_run(1.0), {"history": [0.5]}], "run 1 must be a run"),
+    ([], r"runs must be a list holding at least one run \(one per seed\), got \[\]"),
+    (_run(1.0), "runs must be a list .* got a run, not a list of runs"),
+    ((run for run in [_run(1.0)]), "runs must be a list")])
+def test_logged_series_needs_runs_that_logged_the_key_for_equally_many_steps(runs, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        logged_series(runs, "reward")
+
+
+@pytest.mark.parametrize("claims", [Claim("x", "x", lambda r: r["x"], lambda v: v > 0), "x", 3])
+def test_score_claims_takes_a_list_of_claims(claims):
+    with pytest.raises(TypeError, match="claims must be a list of report.Claim"):
+        score_claims(claims, [{"x": 1.0}])

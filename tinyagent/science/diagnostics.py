@@ -12,6 +12,7 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
+from ..checks import int_in
 from ..evaluate import ATTEMPTS, EVAL_SEED
 from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
                   call_ended, parse_call)
@@ -30,9 +31,7 @@ def run_summary(run, late_steps=10):
     reward averaged over the last `late_steps` steps (one step's 64 episodes are too few to
     compare training rewards)."""
     history, scored = run["history"], run["eval"]
-    if not (isinstance(late_steps, int) and 1 <= late_steps <= len(history)):
-        raise ValueError(f"late_steps must be an integer in [1, {len(history)}] (the run's steps), "
-                         f"got {late_steps!r}")
+    late_steps = int_in("late_steps", late_steps, 1, len(history))   # True is not a count
     return {"entropy": history[-1]["entropy"], "pass@1": scored["pass@1"],
             "pass@8": scored["pass@8"], "distinct": scored["distinct"],
             "distinct_raw": scored["distinct_raw"],

@@ -6,6 +6,7 @@ reader can sort it and compute from it. Nothing that trains or evaluates imports
 """
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,6 +48,28 @@ def _finite_array(values, what):
     return np.asarray(values, dtype=float)
 
 
+MAX_DECIMALS = 15     # a float64 holds 15-17 significant digits; more decimals show noise
+
+
+def decimals(name, value):
+    """`value` as a number of decimals to round to: an integer (not a bool) in [0, 15]. 2.5 or
+    -1 as a count of decimals is a mistake (numpy fails on the first, rounds to tens on the
+    second). The rule of checks.int_in, which this module does not import (it loads nothing of the
+    package but its tables)."""
+    if (not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_))
+            or not 0 <= value <= MAX_DECIMALS):
+        raise ValueError(f"{name} must be an integer in [0, {MAX_DECIMALS}], got {value!r}")
+    return int(value)
+
+
+def decimals_per_column(digits):
+    """`digits` as {column: decimals}, each a count of decimals (`decimals`)."""
+    if not isinstance(digits, Mapping):
+        raise TypeError(f"digits must map each column to its decimals, e.g. {{'pass@1': 3}}, got "
+                        f"{digits!r:.100}")
+    return {col: decimals(f"digits[{col!r}] (decimals)", places) for col, places in digits.items()}
+
+
 def rounded_table(table, digits):
     """`table` (a DataFrame or Series, or an array) rounded for display to `digits` decimals (a
     number, or {column: decimals}), with -0.0 shown as 0.0: a small negative number rounded to
@@ -62,6 +85,7 @@ def book_vs_ours(ours, book, digits, index_name="run"):
     is an error. Each column is rounded to `digits[column]` decimals, the chapter's precision
     (and -0.0 shown as 0.0).
     """
+    digits = decimals_per_column(digits)
     columns = {}
     for col, places in digits.items():
         for who, source in (("ours", ours), ("book", book)):
@@ -76,11 +100,22 @@ def over_seeds(per_seed, digits, index_name="run"):
     per seed) of {column: value}; returns columns (column, "median" | "min" | "max"). A column
     that does not apply to a row is NaN at every seed and shows as missing; NaN at some seeds only,
     or inf, is an error."""
+    digits = decimals_per_column(digits)
+    if not isinstance(per_seed, Mapping) or not per_seed:
+        raise ValueError(f"per_seed must map at least one row to its results, one {{column: "
+                         f"value}} per seed, got {per_seed!r:.100}")
     counts = {len(seeds) for seeds in per_seed.values()}
     if len(counts) != 1 or 0 in counts:
         raise ValueError(f"every row needs results for the same, non-zero number of seeds; got "
                          f"{ {row: len(seeds) for row, seeds in per_seed.items()} }")
     (n_seeds,) = counts
+    for row, seeds in per_seed.items():
+        for i, seed in enumerate(seeds):
+            absent = [col for col in digits if not isinstance(seed, Mapping) or col not in seed]
+            if absent:
+                raise ValueError(f"per_seed[{row!r}] at seed {i} has no column {absent[0]!r} "
+                                 f"(digits names it); it has "
+                                 f"{sorted(seed) if isinstance(seed, Mapping) else seed!r:.100}")
     columns = {}
     for col, places in digits.items():
         rows = [[seed[col] for seed in per_seed[row]] for row in per_seed]
@@ -100,9 +135,15 @@ def quantiles_over_seeds(per_seed, book, digits):
     printed). One row per quantity: ours at the first seed, the 5% quantile, median and 95%
     quantile over seeds, and the book's value, rounded to `digits` decimals.
     """
+    digits = decimals_per_column(digits) if isinstance(digits, Mapping) else decimals("digits",
+                                                                                    digits)
     per_seed = pd.DataFrame(per_seed)
+    if per_seed.empty:
+        raise ValueError(f"per_seed must hold at least one seed's results (a row per seed, a "
+                         f"column per quantity), got none: columns {list(per_seed.columns)}, "
+                         f"{len(per_seed)} rows")
     unknown = [key for key in book if key not in per_seed.columns]
-    if unknown or per_seed.empty:
+    if unknown:
         raise ValueError(f"need per-seed results with a column for every book entry; book has "
                          f"{unknown} beyond the columns {list(per_seed.columns)}")
     table = pd.DataFrame({
@@ -116,9 +157,34 @@ def quantiles_over_seeds(per_seed, book, digits):
     return rounded_table(table, digits)
 
 
+def logged(run, key, where="the run"):
+    """One logged quantity of a run, step by step: `key` of each of its per-step logs
+    (run["history"]). A run without a history, or a key it did not log, is an error naming what
+    it logged."""
+    history = run.get("history") if isinstance(run, Mapping) else None
+    if not isinstance(history, (list, tuple)) or not all(isinstance(log, Mapping)
+                                                         for log in history):
+        raise ValueError(f"{where} must be a run: a dict whose 'history' lists one dict of logged "
+                         f"values per step, got {run!r:.100}")
+    absent = [step for step, log in enumerate(history) if key not in log]
+    if absent:
+        raise ValueError(f"{where} did not log {key!r} (at step {absent[0]}); it logged "
+                         f"{sorted(history[absent[0]])}")
+    return [log[key] for log in history]
+
+
 def logged_series(runs, key):
     """One logged quantity of a setting's runs, one run per seed: an array (seeds, steps)."""
-    return np.array([[log[key] for log in run["history"]] for run in runs], dtype=float)
+    if isinstance(runs, Mapping) or not isinstance(runs, (list, tuple)) or not runs:
+        what = "a run, not a list of runs" if isinstance(runs, Mapping) else f"{runs!r:.100}"
+        raise ValueError(f"runs must be a list holding at least one run (one per seed), got "
+                         f"{what}")
+    series = [logged(run, key, f"run {i}") for i, run in enumerate(runs)]
+    if len({len(steps) for steps in series}) != 1:
+        raise ValueError(f"the runs logged {key!r} for different numbers of steps "
+                         f"{[len(steps) for steps in series]}; an array (seeds, steps) needs "
+                         f"runs of one length")
+    return np.array(series, dtype=float)
 
 
 def paired_differences(a, b):
@@ -205,6 +271,8 @@ def failing_seeds(claims, results_by_seed, seeds):
 def score_claims(claims, results_by_seed, digits=3):
     """Every claim on every seed: the book's value, ours at the first seed, in how many seeds it
     holds, the measured quantity's median and range, and the category from the rule."""
+    if isinstance(claims, (Claim, str, bytes)) or not hasattr(claims, "__iter__"):
+        raise TypeError(f"claims must be a list of report.Claim, got {claims!r:.100}")
     results_by_seed, claims = list(results_by_seed), list(claims)
     if not claims:
         raise ValueError("score_claims needs at least one claim (a list of report.Claim), got none")

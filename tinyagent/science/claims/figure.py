@@ -1,7 +1,9 @@
 """Section 10.7's four readings of Figure 10.3, on the window means of the logged curves."""
+from collections.abc import Mapping
+
 import numpy as np
 
-from ..report import Claim
+from ..report import Claim, logged
 from .comparison import K3PLUS, NEAR_ENTROPY
 from .signs import positive
 
@@ -21,7 +23,10 @@ RIGHT_COLUMN = ("none", "entropy 0.03", "k3 beta=0.3")                      # be
 
 def series(results, label, key):
     """One logged quantity of `label`'s run, step by step, on one seed's results."""
-    return [log[key] for log in results[label]["history"]]
+    if not isinstance(results, Mapping) or label not in results:
+        raise ValueError(f"no run {label!r} in the seed's results; they hold "
+                         f"{sorted(results) if isinstance(results, Mapping) else results!r:.200}")
+    return logged(results[label], key, f"the run {label!r}")
 
 
 def window_means(results, label, key, windows=WINDOWS):
