@@ -224,10 +224,15 @@ def test_equal_configs_share_a_key():
     lambda d: ({"n": 1}, {"v": 1}, d),                    # compute not a function
     lambda d: ({"n": 1}, lambda: 1, None),                # no cache directory
     lambda d: ({"n": 1}, lambda: 1, ""),                  # the empty path: the current directory
+    lambda d: ({"n": 1}, lambda: 1, Path("")),            # Path("") is "."
+    lambda d: ({"n": 1}, lambda: 1, "."),                 # the current directory
+    lambda d: ({"n": 1}, lambda: 1, "./"),
     lambda d: ({"n": 1}, lambda: 1, d / "file"),          # a cache directory that is a file
     lambda d: ({"n": 1}, lambda: 1, d, True),             # a check that is not a function
     lambda d: ({"n": 1}, lambda: 1, d / "dir")])          # an entry that is a directory
-def test_what_would_fail_after_the_compute_is_refused_before_it(tmp_path, capsys, args):
+def test_what_would_fail_after_the_compute_is_refused_before_it(tmp_path, capsys, monkeypatch,
+                                                                args):
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("")
     (tmp_path / "dir" / f"{key({'n': 1})}.pt").mkdir(parents=True)
     config, compute, cache_dir, *check = args(tmp_path)
@@ -237,6 +242,7 @@ def test_what_would_fail_after_the_compute_is_refused_before_it(tmp_path, capsys
                        match="compute must|cache_dir|check must|is a directory"):
         cached(config, run, cache_dir, *check)
     assert not calls and "recomputing" not in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.glob("*.lock"))
 
 
 def test_a_check_that_raises_on_a_fresh_result_says_so(tmp_path):

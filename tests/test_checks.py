@@ -150,3 +150,24 @@ def test_token_ids_are_an_integer_batch_inside_the_vocabulary(tokens, error):
         checks.token_ids("tokens", tokens, 316)
     ok = torch.tensor([[0, 315]])
     assert checks.token_ids("tokens", ok, 316) is ok
+
+
+
+@pytest.mark.parametrize("value", ["", ".", Path(""), "./", "..", "/", "dir", Path("dir")])
+def test_a_file_path_names_a_file(tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises((ValueError, IsADirectoryError),
+                       match="path must (be a path|name a file)|path .* is a directory"):
+        checks.file_path("path", value)
+    assert checks.file_path("path", "dir/x.bin") == Path("dir/x.bin")
+
+
+@pytest.mark.parametrize("value", [Path(""), ".", "sub"])
+def test_write_atomically_writes_only_to_a_file_path(tmp_path, monkeypatch, value):
+    from tinyagent.files import write_atomically
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises((ValueError, IsADirectoryError), match="path"):
+        write_atomically(value, b"x")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]     # nothing written

@@ -66,6 +66,14 @@ def test_ks_are_checked_against_n_before_the_rollout(monkeypatch, ks):
         evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=ks)
 
 
+@pytest.mark.parametrize("reference", ["x", 0, {"wte.weight": None}])
+def test_a_reference_that_is_not_a_policy_is_refused_before_the_rollout(monkeypatch, reference):
+    import tinyagent.evaluate as module
+    monkeypatch.setattr(module, "rollout", lambda *args: pytest.fail("rolled out first"))
+    with pytest.raises(TypeError, match="reference must be a Policy"):
+        evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=(1,), reference=reference)
+
+
 @pytest.mark.parametrize("seed", [-1, 2 ** 64, 1.5, "x"])
 def test_an_evaluation_takes_the_seeds_a_config_takes(seed):
     with pytest.raises((TypeError, ValueError), match=r"seed must be an integer in \[0, 2\*\*64\)"):

@@ -185,6 +185,18 @@ def directory(name, value):
     return where
 
 
+def file_path(name, value):
+    """`value` as the path of a file to write (`path`): one that names a file, not the current
+    directory (Path('') reads as '.'), '..' or a root, and is not an existing directory, so
+    that a write is refused before it starts rather than failing on its temporary file."""
+    where = path(name, value)
+    if where.name in ("", ".", ".."):
+        raise ValueError(f"{name} must name a file, got {str(value)!r}, which names a directory")
+    if where.is_dir():
+        raise IsADirectoryError(f"{name} {str(where)!r} is a directory; name a file")
+    return where
+
+
 def token_ids(name, tokens, vocab_size, ndim=2):
     """`tokens` if it is an integer tensor of `ndim` dimensions holding at least one id, every id
     in [0, vocab_size): a float tensor, a 1-D episode or an id past the vocabulary would fail deep

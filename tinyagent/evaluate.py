@@ -6,9 +6,11 @@ from math import comb
 import torch
 
 from .arithmetic import torch_threads
-from .checks import int_in, nonempty_list, positive_int, seed_int, temperature as check_temperature
+from .checks import (instance, int_in, nonempty_list, positive_int, seed_int,
+                     temperature as check_temperature)
 from .kl import kl_penalty, masked_mean
 from .gym import HELDOUT_TASKS, merge_spellings
+from .policy import Policy
 from .sampler import rollout, token_logprobs
 
 ATTEMPTS, EVAL_SEED = 16, 1234     # every notebook's held-out evaluation: 16 attempts a task
@@ -73,6 +75,8 @@ def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED,
     n, tasks = positive_int("n (attempts per task)", n), nonempty_list("tasks", tasks)
     ks = tuple(int_in(f"each k of ks (pass@k of the n={n} attempts)", k, 1, n)
                for k in nonempty_list("ks", ks))
+    if reference is not None:         # read only after the rollout: refused before it
+        instance("reference", reference, Policy)
     batch = heldout_rollout(policy, tasks, n, seed, temperature)
     passed = batch.rewards.view(len(tasks), n).sum(1).long().tolist()
     out = {f"pass@{k}": sum(pass_at_k(n, c, k) for c in passed) / len(tasks) for k in ks}

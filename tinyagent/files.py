@@ -3,7 +3,7 @@ never left half-written by a full disk or a killed process."""
 import hashlib
 import os
 
-from .checks import path as path_arg
+from .checks import file_path
 
 
 def write_atomically(path, data):
@@ -11,7 +11,7 @@ def write_atomically(path, data):
     write leaves the old file whole. The temporary file is removed if anything fails. `data` is
     bytes. The temporary name holds a prefix and a hash of the name, so a long name still fits
     the file system's limit."""
-    path = path_arg("path", path)
+    path = file_path("path", path)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
     if not path.parent.is_dir():

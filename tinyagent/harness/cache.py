@@ -175,7 +175,12 @@ def _path(config, cache_dir, check):
     if check is not None and not callable(check):
         raise TypeError(f"check must be a function of the result returning True or False, or "
                         f"None, got {check!r}")
-    path = directory("cache_dir", cache_dir) / f"{key(config)}.pt"
+    where = directory("cache_dir", cache_dir)
+    if str(where) == ".":
+        raise ValueError(f"cache_dir {str(cache_dir)!r} is the current directory (Path('') reads "
+                         f"as '.' too): the run cache fills its directory with entries and locks; "
+                         f"name a directory of its own, such as '.cache/runs'")
+    path = where / f"{key(config)}.pt"
     if path.is_dir():
         raise IsADirectoryError(f"the run cache entry {path} is a directory; remove it (an "
                                 f"entry is a file that `cached` writes)")
