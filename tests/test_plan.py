@@ -88,3 +88,21 @@ def test_the_pilot_scores_every_part_finitely_at_every_seed():
                                                         for a in study.PILOT_AGENTS}
     shares = [i for i, p in enumerate(p for c in claims for p in c.parts) if p.kind == "share"]
     assert set(np.unique(np.concatenate([v[:, shares].ravel() for v in values.values()]))) <= {0, 0.5, 1}
+
+
+def _shares(rate, seeds=20, agents=("a", "b")):
+    """Per-run values of one share claim holding in a `rate` fraction of each agent's seeds."""
+    held = int(rate * seeds)
+    return {a: np.array([1.0] * held + [0.0] * (seeds - held))[:, None] for a in agents}
+
+
+def test_replication_meets_the_goal_only_when_the_draw_repeats_the_pilot():
+    claims = [_claim("share")]
+    same, goal = plan.replication(claims, _shares(1.0), _shares(1.0))
+    assert same["same"].all() and goal["met"].all()
+    reversed_, goal = plan.replication(claims, _shares(1.0), _shares(0.0))
+    assert not reversed_["same"].any()
+    assert goal.loc["contradictions", "measured"] == 1 and not goal.loc["contradictions", "met"]
+    assert not goal.loc["same verdict", "met"]
+    _, goal = plan.replication(claims, _shares(0.5), _shares(0.5))    # unresolved both times
+    assert goal.loc["same verdict", "met"] and not goal.loc["resolved", "met"]

@@ -279,6 +279,28 @@ def agreement(a, b):
             "claims": len(pairs)}
 
 
+# The plan's replication goal against the pilot (study_plan.json, "replication"): at least this share
+# of the same four-way verdicts, at most this many contradictions, at least this share resolved.
+GOAL = {"same verdict": (">=", 0.90), "contradictions": ("<=", 0), "resolved": (">=", 0.70)}
+
+
+def replication(claims, pilot_values, draw_values):
+    """The fresh draw against the pilot, by the declared rule: (one row per claim, its pilot and
+    fresh-draw verdicts and whether they are the same; one row per goal of the plan, what was
+    measured, the goal and whether it is met). `resolved` pools both verdict lists, as
+    `agreement` defines it."""
+    pilot = verdicts(claims, pilot_values)["verdict"]
+    draw = verdicts(claims, draw_values)["verdict"]
+    per_claim = pd.DataFrame({"pilot": pilot, "fresh draw": draw})
+    per_claim["same"] = per_claim["pilot"] == per_claim["fresh draw"]
+    measured = agreement(pilot, draw)
+    goal = pd.DataFrame(
+        [{"measure": name, "measured": measured[name], "goal": f"{op} {bound:g}",
+          "met": measured[name] >= bound if op == ">=" else measured[name] <= bound}
+         for name, (op, bound) in GOAL.items()]).set_index("measure")
+    return per_claim, goal
+
+
 def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples=RESAMPLES):
     """The draw against itself: `splits` stratified random splits of every agent's seeds into two
     halves, each half scored by the rule (one bootstrap seed per half). Returns (per claim, the
