@@ -189,3 +189,27 @@ def test_decision_kinds_mask_the_packed_policy_positions_by_role():
                       "other": ["<call>", "</call>", "<call>", "</call>",
                                 "tests", "log", "</call>", "<call>", "</call>"]}
     assert all(m.shape == (int(mask.sum()),) for m in kinds.values())
+
+
+def test_first_call_summary_reads_the_decision_kls_of_the_policy_against_the_reference(base):
+    from tinyagent.science.diagnostics import BLIND_EDITS, first_call_summary
+    episodes = heldout_prompts(TASKS, attempts=2)
+    ref = first_call_distribution(base, episodes)
+    same = first_call_summary(base, episodes, ref)            # the reference against itself
+    assert same["reverse KL"] == pytest.approx(0.0, abs=1e-12)
+    assert same["reverse KL"] != 0 or math.isnan(same["forward / reverse"])
+    other = Policy(seed=0)
+    summary, kls = first_call_summary(other, episodes, ref), decision_kls(
+        first_call_distribution(other, episodes), ref)
+    assert summary["read tests"] == kls["read tests"]
+    assert summary["blind edit"] == pytest.approx(sum(kls[d] for d in BLIND_EDITS))
+    assert 0 <= summary["read tests"] + summary["blind edit"] <= 1
+    assert summary["forward / reverse"] == pytest.approx(kls["forward_kl"] / kls["reverse_kl"])
+
+
+def test_training_mean_averages_each_run_from_the_given_step_on():
+    from tinyagent.science.diagnostics import training_mean
+    runs = [{"history": [{"reward": float(s)} for s in range(40)]},
+            {"history": [{"reward": 1.0}] * 10 + [{"reward": 0.0}] * 30}]
+    assert training_mean(runs, "reward") == pytest.approx([sum(range(10, 40)) / 30, 0.0])
+    assert training_mean(runs, "reward", first=0)[1] == pytest.approx(0.25)

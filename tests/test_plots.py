@@ -122,3 +122,24 @@ def test_median_band_takes_a_style_with_a_colour_only(style):
         median_band(ax, [[1.0, 2.0], [2.0, 3.0]], style)
     assert not ax.lines and not ax.collections
     plt.close(fig)
+
+
+def test_regularizer_panels_draw_each_column_beside_the_unregularized_run():
+    from tinyagent.science.plots import REFERENCE_COLOR, regularizer_panels
+
+    def runs_of(level):      # three seeds whose logs differ by seed
+        return [{"history": [{"entropy": level + s, "reward": -level - s} for _ in range(5)]}
+                for s in range(3)]
+    runs = {"none": runs_of(0.0), "a": runs_of(1.0), "b": runs_of(2.0), "c": runs_of(3.0)}
+    left, right = {"a": dict(color="tab:blue")}, {"b": dict(color="tab:red"),
+                                                  "c": dict(color="tab:green")}
+    fig = regularizer_panels(runs, left, right, seeds=[0, 2])
+    top_left, top_right = fig.axes[0], fig.axes[1]
+    assert [len(ax.lines) for ax in fig.axes] == [2, 3, 2, 3]     # "none" + each column's runs
+    assert top_left.lines[0].get_color() == REFERENCE_COLOR
+    assert np.allclose(top_right.lines[2].get_ydata(), 4.0)      # median of seeds 0 and 2 of "c"
+    assert len(top_left.collections) == 2                         # a band per line, two seeds
+    single = regularizer_panels(runs, left, right, seeds=[1])
+    assert len(single.axes[0].collections) == 0 and np.allclose(single.axes[0].lines[1].get_ydata(), 2.0)
+    plt.close(fig)
+    plt.close(single)

@@ -98,6 +98,26 @@ SECTION_10_7 = {
     "temperature 1.3": dict(entropy=None, **{"pass@1": None, "pass@8": None}, distinct=None,
                             kl_to_ref=0.517, reads=None, malformed=0.25),
 }
+# The comparisons Section 10.7's prose draws between runs of its table: (a, b, column), read as
+# "a against b on column"; 10.7 pairs them by seed.
+SECTION_10_7_COMPARISONS = (
+    ("k3+ beta=0.05", "none", "entropy"), ("k3+ beta=0.05", "none", "pass@1"),
+    ("k3+ beta=0.05", "none", "pass@8"),
+    ("k3+ beta=0.3", "none", "distinct"), ("k3+ beta=0.3", "none", "pass@8"),
+    ("k3+ beta=0.3", "none", "pass@1"), ("k3+ beta=0.3", "none", "entropy"),
+    ("k3+ beta=0.3", "k3+ beta=0.05", "entropy"), ("k3+ beta=1.0", "k3+ beta=0.3", "entropy"),
+    ("k3+ beta=0.3", "k3+ beta=0.05", "pass@1"), ("k3+ beta=1.0", "k3+ beta=0.3", "pass@1"),
+    ("k3+ beta=0.3", "k3+ beta=0.05", "kl_to_ref"),
+    ("k3+ beta=1.0", "k3+ beta=0.3", "kl_to_ref"),
+    ("k3 beta=0.3", "k3+ beta=0.3", "entropy"), ("k3 beta=0.3", "k3+ beta=0.3", "pass@1"),
+    ("k3 beta=0.3", "k3+ beta=0.3", "kl_to_ref"), ("k3 beta=0.3", "k3+ beta=0.3", "reads"),
+    ("reward beta=0.3", "k3+ beta=0.3", "pass@1"), ("reward beta=0.3", "k3 beta=0.3", "pass@1"),
+    ("reward beta=0.3", "k3+ beta=0.3", "kl_to_ref"),
+    ("reward beta=0.3", "k3+ beta=0.3", "reads"),
+    ("entropy 0.03", "none", "entropy"), ("entropy 0.03", "none", "malformed"),
+    ("entropy 0.03", "none", "kl_to_ref"),
+    ("temperature 1.3", "none", "malformed"), ("temperature 1.3", "none", "kl_to_ref"),
+)
 SECTION_10_7_EXTRA = {
     "entropy_start": 0.52,
     "temperature_1.3_training_entropy": (0.78, 0.47),

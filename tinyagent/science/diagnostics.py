@@ -7,8 +7,10 @@ measurement, not a guess. Nothing that trains or evaluates imports this module (
 part of the run cache's key), and every measurement is cheap: one held-out rollout of 160 episodes,
 or the 19 well-formed first calls at each of its 160 prompts, per policy.
 """
+import math
 from collections import Counter
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -130,6 +132,28 @@ def decision_kls(probs, ref_probs):
     return {**{d: v for d, v in zip(DECISIONS, probs.mean(0).tolist())},
             "reverse_kl": kl_divergence(probs, ref_probs).mean().item(),
             "forward_kl": kl_divergence(ref_probs, probs).mean().item()}
+
+
+BLIND_EDITS = ("edit the bug", "edit the decoy", "edit another")   # an edit before any read
+
+
+def first_call_summary(policy, prompts, ref_probs):
+    """`policy`'s first call on `prompts` against the reference's (`ref_probs`, its
+    `first_call_distribution` on the same prompts): the shares that read the tests and that edit
+    blind, the KL in both directions and their ratio. The k3 loss follows the forward KL and k3+
+    the reverse one (Section 10.3), so the two part where a run moves this decision."""
+    out = decision_kls(first_call_distribution(policy, prompts), ref_probs)
+    return {"read tests": out["read tests"], "blind edit": sum(out[d] for d in BLIND_EDITS),
+            "reverse KL": out["reverse_kl"], "forward KL": out["forward_kl"],
+            "forward / reverse": (out["forward_kl"] / out["reverse_kl"] if out["reverse_kl"]
+                                  else math.nan)}           # the reference itself: no ratio
+
+
+def training_mean(runs, key, first=10):
+    """Each run's logged `key` averaged over its steps from `first` on: one step's 64 episodes
+    are too few to compare two settings' training, and before step 10 every run is still near
+    the base agent."""
+    return [np.mean([log[key] for log in run["history"][first:]]) for run in runs]
 
 
 # ------------------------------------------------------------------ held-out episodes, call by call

@@ -15,6 +15,7 @@ import numpy as np
 from matplotlib.collections import PolyCollection
 
 from ..checks import directory as directory_arg, path as path_arg
+from .report import logged_series
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
@@ -86,6 +87,30 @@ def median_band(ax, curves, style):
         ax.fill_between(steps, curves.min(0), curves.max(0), color=style["color"], alpha=0.15,
                         lw=0)
     ax.plot(steps, np.median(curves, axis=0), **style)
+
+
+def regularizer_panels(runs, left, right, seeds):
+    """Figure 10.3's four panels: entropy (top) and batch reward (bottom) over the steps, the
+    `left` settings in the left column and the `right` ones in the right, each {label: line
+    style}, with the unregularized run ("none") in every panel. `runs` maps a label to its runs,
+    one per seed; with one seed in `seeds` the lines are that seed's (the book draws seed 0), with
+    several the median and a band from the lowest to the highest (`median_band`)."""
+    use_style()
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6.2), sharex=True, sharey="row")
+    for col, (group, title) in enumerate(((left, "KL penalty in the loss (k3+ gradient)"),
+                                          (right, "other placements, entropy bonus"))):
+        for row, (key, ylabel) in enumerate((("entropy", "policy-token entropy (nats)"),
+                                             ("reward", "training batch reward"))):
+            ax = axes[row, col]
+            for label, style in (("none", REFERENCE_STYLE), *group.items()):
+                median_band(ax, logged_series(runs[label], key)[list(seeds)],
+                            {"lw": 1.4} | style)
+            ax.set(ylabel=ylabel if col == 0 else None, xlabel="GRPO step" if row == 1 else None)
+        axes[0, col].set_title(title)
+        axes[1, col].legend(*axes[0, col].get_legend_handles_labels(), loc="upper center",
+                            bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8)   # off the data
+    fig.tight_layout()
+    return fig
 
 
 def figure_stem(name, directory=FIGURES):

@@ -1,0 +1,103 @@
+"""Tests of tinyagent.science.episodes: held-out episodes split by reading, by kind of task and by
+their malformed calls, on rollouts of an untrained policy (it writes many malformed calls) against
+the RL base agent."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tinyagent.evaluate import evaluate, heldout_rollout
+from tinyagent.gym import HELDOUT_TASKS
+from tinyagent.policy import Policy, load_rl_base
+from tinyagent.science import episodes as E
+from tinyagent.science.diagnostics import k3_decomposition, malformed_calls
+
+TASKS = HELDOUT_TASKS[:4]          # both kinds of task
+assert {t.needs_log for t in TASKS} == {True, False}
+N = 4                              # attempts per task
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_rl_base()
+
+
+@pytest.fixture(scope="module")
+def seeds(base):
+    """Two 'seeds': an untrained policy's and the base agent's rollouts, with their evaluation."""
+    out = []
+    for policy in (Policy(seed=0), base):
+        batch = heldout_rollout(policy, TASKS, n=N)
+        run = {"eval": evaluate(policy, TASKS, n=N, ks=(1,), reference=base)}
+        out.append((batch, run, k3_decomposition(batch, base)))
+    return out
+
+
+def test_by_reading_weighs_the_two_pass_rates_by_the_share_that_reads():
+    episodes = [SimpleNamespace(reads=r, reward=w) for r, w in
+                ((1, 1.0), (2, 0.0), (0, 1.0), (0, 0.0), (0, 0.0), (1, 1.0))]
+    row = E.by_reading(SimpleNamespace(episodes=episodes))
+    share = row["episodes that read"]
+    assert share == pytest.approx(0.5)
+    assert row["pass@1"] == pytest.approx(share * row["pass rate, read"]
+                                          + (1 - share) * row["pass rate, no read"])
+
+
+def test_passes_and_kinds_agree_with_what_evaluate_scored(seeds):
+    for batch, run, _ in seeds:
+        passed = E.passes_per_task(batch, TASKS)
+        assert passed == run["eval"]["passed_per_task"]
+        kinds = E.by_kind(batch, passed, TASKS)
+        for kind, needs_log in E.KINDS:
+            here = [e for e in batch.episodes if e.task.needs_log == needs_log]
+            assert kinds[f"malformed, {kind}"] * len(here) == pytest.approx(
+                sum(e.malformed for e in here))
+            assert kinds[f"fewest passes, {kind}"] == min(
+                c for c, t in zip(passed, TASKS) if t.needs_log == needs_log)
+
+
+def test_distance_by_seed_puts_the_base_agent_first_and_reads_each_runs_minority_part(seeds, base):
+    batches, runs, parts = zip(*seeds)
+    rows = E.distance_by_seed(heldout_rollout(base, TASKS, n=N), runs, batches, parts, (7, 8),
+                              TASKS)
+    assert list(rows) == ["RL base agent", "none, seed 7", "none, seed 8"]
+    assert rows["RL base agent"]["distance"] == 0.0
+    row = rows["none, seed 7"]
+    assert row["distance"] == runs[0]["eval"]["kl_to_ref"]
+    assert 0 < row["minority's share of tokens"] < 1
+    assert row["minority's share of distance"] * row["distance"] == pytest.approx(
+        E.minority_part(parts[0], "contribution"))
+
+
+def test_malformed_patterns_count_every_rejected_call_and_the_seeds_it_occurs_at(seeds):
+    batches = [batch for batch, _, _ in seeds]
+    table = E.malformed_patterns(batches, batches[1], top=1000)
+    total = sum(sum(malformed_calls(batch).values()) for batch in batches)
+    assert table["calls (5 seeds)"].sum() == total > 0
+    assert table["calls (5 seeds)"].is_monotonic_decreasing
+    assert table["seeds"].between(1, len(batches)).all()
+    assert (table["RL base agent"] <= table["calls (5 seeds)"]).all()   # the base is one of them
+    assert len(E.malformed_patterns(batches, batches[1], top=2)) == 2
+
+
+def test_distance_sources_shares_lie_in_zero_one_and_the_floor_is_the_kl_per_token(seeds):
+    batches, runs, parts = zip(*seeds)
+    first_calls = [{"reverse KL": 1.5}, {"reverse KL": 0.0}]
+    out = E.distance_sources(parts, batches, first_calls, runs, TASKS)
+    tokens = [float(b.policy_mask.sum()) / len(b.episodes) for b in batches]
+    assert out["first-call floor"] == pytest.approx([1.5 / tokens[0], 0.0])
+    assert all(0 <= share <= 1 + 1e-12 for share in out["decided"])
+    assert all(0 <= share <= 1 for share in out["malformed in the log tasks"])
+    assert 0 <= out["minority over-represented"] <= len(batches)
+    assert set(out["unsolved at"]) == {"majority", "needs the log"}
+
+
+def test_malformed_price_is_the_gap_between_the_two_pass_rates():
+    task, log_task = SimpleNamespace(needs_log=False), SimpleNamespace(needs_log=True)
+    batch = SimpleNamespace(episodes=[SimpleNamespace(task=t, malformed=m, reward=r) for t, m, r in
+                                      ((task, 1, 0.0), (task, 0, 1.0), (task, 0, 1.0),
+                                       (task, 2, 1.0), (log_task, 1, 1.0))])
+    price = E.malformed_price([batch])
+    assert (price["episodes with"], price["episodes without"]) == (2, 2)  # the log task left out
+    assert price["cost"] == pytest.approx(price["without"] - price["with"]) == pytest.approx(0.5)
+    assert torch.is_tensor(price["cost"]) is False
