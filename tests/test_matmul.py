@@ -61,6 +61,7 @@ def test_batched_and_transposed_operands():
     assert out.shape == (2, 3, 9, 7)
     assert torch.allclose(out.double(), a.double() @ b.double(), atol=1e-5)
     assert torch.equal(out[1, 2], matmul(a[1, 2], b[1, 2]))
+    assert torch.equal(out, matmul(a, b.contiguous()))          # B's rows copied: the same bits
 
 
 def test_gradients_match_autograd_of_the_float64_product():

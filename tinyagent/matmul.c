@@ -6,10 +6,13 @@
    alike (a fused multiply-add is rounded once, exactly as IEEE 754 says), so the bits depend on
    the operands alone. BLAS libraries choose their blocking and kernels by the CPU they find; this
    code chooses only how fast it goes. A is read through any strides (its elements are broadcast
-   one at a time), B through a row stride (its rows are loaded as vectors), C is contiguous.
+   one at a time), B through any strides (a B whose columns are not adjacent, such as a transposed
+   weight, is first copied into rows here, which moves numbers and rounds nothing), C is
+   contiguous.
    Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/matmul.py. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 typedef struct {
     int M, N, K;
@@ -71,6 +74,24 @@ static void avx2_edge_block(const product *p, int i, int rows, int j)
     for (int r = 0; r < rows; r++) _mm256_storeu_ps(p->C + (size_t)(i + r) * p->N + j, c[r]);
 }
 
+/* Rows i .. i+rows-1, the last N - j < 8 columns: lanes past the last column load zeros and are
+   not stored, and each stored lane is summed as every other element is. (The policy's widths,
+   66 and head size 11, end in such columns; computed one at a time they cost as much as the
+   rest of the product.) */
+static void avx2_last_columns(const product *p, int i, int rows, int j)
+{
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->N - j),
+                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 c[ROWS];
+    for (int r = 0; r < rows; r++) c[r] = _mm256_setzero_ps();
+    for (int k = 0; k < p->K; k++) {
+        __m256 b0 = _mm256_maskload_ps(B_(p, k, j), mask);
+        for (int r = 0; r < rows; r++)
+            c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
+    }
+    for (int r = 0; r < rows; r++) _mm256_maskstore_ps(p->C + (size_t)(i + r) * p->N + j, mask, c[r]);
+}
+
 static void avx2_product(const product *p)
 {
     for (int i = 0; i < p->M; i += ROWS) {
@@ -78,7 +99,7 @@ static void avx2_product(const product *p)
         if (rows == ROWS)
             for (; j + 16 <= p->N; j += 16) avx2_full_block(p, i, j);
         for (; j + 8 <= p->N; j += 8) avx2_edge_block(p, i, rows, j);
-        for (int r = 0; r < rows; r++) scalar_columns(p, i + r, j);
+        if (j < p->N) avx2_last_columns(p, i, rows, j);
     }
 }
 #endif
@@ -102,18 +123,34 @@ int tiny_matmul_path(int path)
 #endif
 }
 
-void tiny_bmm(int nb1, int nb2, int M, int N, int K,
-              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
-              const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, float *C)
+/* B[k][j] = B[k * sbk + j * sbn] copied into rows of N adjacent floats, so that they load as
+   vectors. Copying changes no value, so the product's bits are the same as from adjacent rows. */
+static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K, int N, float *rows)
+{
+    for (int j = 0; j < N; j++)
+        for (int k = 0; k < K; k++) rows[(size_t)k * N + j] = B[k * sbk + j * sbn];
+    return rows;
+}
+
+/* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset). */
+int tiny_bmm(int nb1, int nb2, int M, int N, int K,
+             const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
+             const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C)
 {
     int path = tiny_matmul_path(forced);
+    float *rows = NULL;
+    if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * (size_t)K * N))) return -1;
     for (int b1 = 0; b1 < nb1; b1++)
         for (int b2 = 0; b2 < nb2; b2++) {
-            product p = {M, N, K, A + b1 * sa1 + b2 * sa2, sam, sak, B + b1 * sb1 + b2 * sb2, sbk,
+            const float *b = B + b1 * sb1 + b2 * sb2;
+            product p = {M, N, K, A + b1 * sa1 + b2 * sa2, sam, sak,
+                         rows ? as_rows(b, sbk, sbn, K, N, rows) : b, rows ? N : sbk,
                          C + ((size_t)b1 * nb2 + b2) * M * N};
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
             if (path == 2) { avx2_product(&p); continue; }
 #endif
             scalar_product(&p);
         }
+    free(rows);
+    return 0;
 }

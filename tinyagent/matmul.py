@@ -20,8 +20,8 @@ def _load_kernel():
         if path.exists():
             lib = ctypes.CDLL(str(path))
             lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
-                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 3 + [ctypes.c_void_p])
-            lib.tiny_bmm.restype = None
+                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p])
+            lib.tiny_bmm.restype = ctypes.c_int
             lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
             return lib
     raise ImportError(f"tinyagent's matrix kernel is not built (no _matmul*.so in {here}): "
@@ -49,16 +49,16 @@ def _batch(t):
 
 def _bmm(a, b):
     """a (n1, n2, M, K) @ b (n1, n2, K, N) -> contiguous (n1, n2, M, N) through the C kernel,
-    float32, no autograd (fewer leading dimensions are taken as size 1). a is read through its
-    strides, so a transposed view costs no copy; b needs unit column stride."""
-    if b.stride(-1) != 1:
-        b = b.contiguous()
+    float32, no autograd (fewer leading dimensions are taken as size 1). Both are read through
+    their strides, so a transposed view (a weight in `linear`, the keys in attention) costs no
+    copy in Python."""
     a, (sa1, sa2, sam, sak) = _batch(a)
-    b, (sb1, sb2, sbk, _) = _batch(b)
+    b, (sb1, sb2, sbk, sbn) = _batch(b)
     (n1, n2, M, K), N = a.shape, b.shape[3]
     out = torch.empty((n1, n2, M, N), dtype=torch.float32)
-    _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
-                  b.data_ptr(), sb1, sb2, sbk, out.data_ptr())
+    if _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
+                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr()):
+        raise MemoryError(f"matmul: no memory for the {K} x {N} rows of a strided operand")
     return out
 
 
@@ -90,15 +90,17 @@ def matmul(a, b):
     if a.shape[-1] != b.shape[-2] or (b.dim() > 2 and a.shape[:-2] != b.shape[:-2]):
         raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
                          f"multiply: (..., M, K) @ (K, N) or (..., K, N) with equal leading dims")
+    # Without a gradient to record (sampling, evaluation) the kernel is called directly.
+    product = _MatMul.apply if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) else _bmm
     if b.dim() == 2:                      # one matrix for every row of a: one long product
         rows = a.reshape(-1, a.shape[-1])     # (rows, K), a view when a's rows are evenly spaced
-        out = _MatMul.apply(rows[None, None], b[None, None])
+        out = product(rows[None, None], b[None, None])
         return out.view(*a.shape[:-1], b.shape[-1])
     if a.dim() > 4 or b.dim() != a.dim():
         raise ValueError(f"matmul takes at most two leading dimensions, equal in a and b, got "
                          f"{tuple(a.shape)} @ {tuple(b.shape)}")
     lead = a.shape[:-2]
-    out = _MatMul.apply(_batch(a)[0], _batch(b)[0])
+    out = product(_batch(a)[0], _batch(b)[0])
     return out.view(*lead, a.shape[-2], b.shape[-1])
 
 
