@@ -18,7 +18,7 @@ empty :=
 space := $(empty) $(empty)
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8, then 10_exercises
+NOTEBOOKS := $(sort $(wildcard notebooks/10*.ipynb))   # 10.1 ... 10.8 (10.7_evidence after 10.7), then 10_exercises
 # The notebooks that write figures/ (they call plots.save_figure): 10.3, 10.5 and 10.7.
 
 # What a user gives make is checked here, before any command runs: a value of a fixed form
