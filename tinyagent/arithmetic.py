@@ -4,18 +4,25 @@ A 40-step run turns a last-bit difference in arithmetic into a different sampled
 different run, and several libraries inside the torch wheel pick their code by the CPU they find
 (under MKL's reproducibility branch, Intel and AMD still computed the first optimizer step
 differently). So the policy's matrix products are our own (matmul.c: a fixed order of summation,
-the same bits on any CPU), and what remains of a run is ATen's code, chosen by one pin:
+the same bits on any CPU), Adam's square root is the correctly rounded one (adam.py), and what
+remains of a run is chosen by two pins:
 
     library (what of ours runs on it)          pin
     tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's
       product of the policy, forward and back)
-    ATen's vectorized kernels, with the SLEEF   ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
-      math inside them (layer norm, softmax,      the CPU has AVX-512
-      log-softmax, erf for GELU, exp, log,
-      Adam, sampling in float64)
-    MKL (BLAS, VML) and oneDNN                  MKL_CBWR=COMPATIBLE,STRICT and ONEDNN_MAX_CPU_ISA=
-                                                  AVX2, kept for 10.1-10.5's exact mathematics
-                                                  (float64 products); no run reaches them
+    the CPU's square root (Adam's, adam.py)     none: IEEE 754 defines one result (torch.sqrt
+                                                  calls MKL, which rounds it otherwise, and
+                                                  differently on Intel and AMD)
+    ATen's vectorized kernels (layer norm,      ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
+      softmax, log-softmax, sums, Adam's other    the CPU has AVX-512
+      operations, sampling in float64)
+    MKL's vector math (float32 exp, and erf     MKL_CBWR=COMPATIBLE,STRICT: the same bits on the
+      for GELU: ATen calls it)                    Intel Xeon and AMD Zen 3, 4 and 5 measured
+                                                  (tests/test_vendor.py); unpinned, Intel's AUTO
+                                                  branch computes other bits, AMD's the same
+    MKL's BLAS and oneDNN                       MKL_CBWR and ONEDNN_MAX_CPU_ISA=AVX2, kept for
+                                                  10.1-10.5's exact mathematics (float64
+                                                  products); no run reaches them
                                                   (tests/test_arithmetic.py)
     OpenMP (how a reduction is split)           one torch thread for training and the held-out
                                                   rollout (`torch_threads`), a fixed two for SFT
