@@ -186,16 +186,12 @@ def _counts(rng, n, resamples):
 
 def _percentiles(boot, level):
     """np.quantile's linear percentiles (1 - level) / 2 and (1 + level) / 2 of each row, from
-    two order statistics each (np.partition) instead of a full sort."""
+    two order statistics each, all four placed by one np.partition instead of a full sort."""
     resamples = boot.shape[1]
-    out = []
-    for q in ((1 - level) / 2, (1 + level) / 2):
-        position = q * (resamples - 1)
-        k = int(np.floor(position))
-        k1 = min(k + 1, resamples - 1)
-        part = np.partition(boot, [k, k1], axis=1)
-        out.append(part[:, k] + (position - k) * (part[:, k1] - part[:, k]))
-    return out
+    positions = [q * (resamples - 1) for q in ((1 - level) / 2, (1 + level) / 2)]
+    ranks = [(int(np.floor(x)), min(int(np.floor(x)) + 1, resamples - 1)) for x in positions]
+    part = np.partition(boot, sorted({r for pair in ranks for r in pair}), axis=1)
+    return [part[:, k] + (x - k) * (part[:, k1] - part[:, k]) for x, (k, k1) in zip(positions, ranks)]
 
 
 def intervals(values_by_agent, level, resamples=RESAMPLES, seed=0):
