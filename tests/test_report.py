@@ -7,7 +7,7 @@ import pytest
 
 from tinyagent.science.report import (Claim, book_vs_ours, category, logged_series, over_seeds,
                               paired_differences,
-                              quantiles_over_seeds, score_claims)
+                              quantiles_over_seeds, regime_table, score_claims)
 
 
 # ----------------------------------------------------------------------------- book_vs_ours
@@ -224,3 +224,10 @@ def test_logged_series_needs_runs_that_logged_the_key_for_equally_many_steps(run
 def test_score_claims_takes_a_list_of_claims(claims):
     with pytest.raises(TypeError, match="claims must be a list of report.Claim"):
         score_claims(claims, [{"x": 1.0}])
+
+
+def test_regime_table_shows_each_agent_and_marks_a_value_outside_its_band():
+    check = lambda value, inside: {"value": value, "se": 0.01, "band": [0.15, 0.3], "inside": inside}
+    table = regime_table({"a": {"reads": check(0.2, True)}, "b": {"reads": check(0.1, False)}})
+    assert list(table.index) == ["a", "b"] and list(table.columns) == ["reads (band 0.15-0.3)"]
+    assert table.loc["a"].iloc[0] == "0.200 ± 0.010" and table.loc["b"].iloc[0].endswith("outside")

@@ -128,6 +128,14 @@ def over_seeds(per_seed, digits, index_name="run"):
     return pd.DataFrame(columns, index=pd.Index(list(per_seed), name=index_name))
 
 
+def regime_table(checks):
+    """Each base agent against the regime bands, one row per agent, from `make agents`' record
+    ({agent: {metric: {value, se, band, inside}}}): "value ± se", and "outside" past a band."""
+    return pd.DataFrame({agent: {f"{m} (band {v['band'][0]}-{v['band'][1]})": f"{v['value']:.3f} ± "
+                                 f"{v['se']:.3f}" + ("" if v["inside"] else " outside")
+                                 for m, v in metrics.items()} for agent, metrics in checks.items()}).T
+
+
 def quantiles_over_seeds(per_seed, book, digits):
     """Where the book's number falls among many random draws of a construction it does not
     publish (Sections 10.2-10.4). `per_seed` has one row per seed, first seed first, and one
