@@ -93,7 +93,7 @@ def test_checks_stays_a_leaf():
 
 
 def test_minus_zero_becomes_zero_so_equal_configs_key_alike():
-    value = checks.finite_nonnegative("kl_coef", -0.0)
+    value = checks.real_number("kl_coef", -0.0, lambda v: v >= 0, "non-negative")
     assert value == 0.0 and math.copysign(1, value) == 1
 
 

@@ -68,11 +68,6 @@ def real_number(name, value, allowed, what):
     return value + 0.0
 
 
-def finite_nonnegative(name, value):
-    """`value` as a float if it is a real number in [0, inf)."""
-    return real_number(name, value, lambda v: 0 <= v < math.inf, "finite and non-negative")
-
-
 def finite_positive(name, value):
     """`value` as a float if it is a real number in (0, inf)."""
     return real_number(name, value, lambda v: 0 < v < math.inf, "finite and positive")
