@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinyagent.exact import (VOCAB, estimator_moments, expected_loss_grad, expected_reward_grad,
-                             forward_kl, forward_kl_grad, logits_at_kl, per_sample_grads,
+                             forward_kl, forward_kl_grad, log_ratio_shape, logits_at_kl, per_sample_grads,
                              rel_error, reverse_kl, reverse_kl_grad, score_corrected,
                              sequence_model_kl, sequence_model_kl_grad, sequence_model_loss_grad,
                              sequence_model_reward_grad, toy_distribution, two_token_kl,
@@ -116,6 +116,28 @@ def test_small_kl_spreads_follow_the_leading_order():
     stats = estimator_moments(logits, ref)
     assert stats["std"]["k1"] / 1e-4 == pytest.approx(math.sqrt(2 / 1e-4), rel=0.02)
     assert stats["std"]["k3"] < stats["std"]["k1"] / 50
+
+
+
+def test_log_ratio_shape_matches_monte_carlo_and_sets_k3_spread_at_small_kl():
+    logits, ref = _pair(seed=2, k=50, scale=0.7)
+    shape = log_ratio_shape(logits, ref)
+    logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref, -1)
+    assert shape["mean"] == pytest.approx(-reverse_kl(logits, ref), rel=1e-12)   # E[l] = -KL
+    y = torch.multinomial(logp.exp(), 400_000, replacement=True,
+                          generator=torch.Generator().manual_seed(0))
+    sampled = (ref_logp - logp)[y]
+    z = (sampled - sampled.mean()) / sampled.std()
+    assert sampled.std().item() == pytest.approx(shape["std"], rel=0.01)
+    assert (z ** 3).mean().item() == pytest.approx(shape["skewness"], abs=0.03)
+    assert (z ** 4).mean().item() == pytest.approx(shape["kurtosis"], rel=0.03)
+    # near the reference k3 ~ l^2 / 2, so its spread over the KL is about sqrt(kurtosis - 1)
+    g = torch.Generator().manual_seed(4)
+    ref, direction = torch.randn(50, generator=g, dtype=F64), torch.randn(50, generator=g, dtype=F64)
+    near, _ = logits_at_kl(ref, direction, 1e-4)
+    stats = estimator_moments(near, ref)
+    assert stats["std"]["k3"] / stats["true_kl"] == pytest.approx(
+        math.sqrt(log_ratio_shape(near, ref)["kurtosis"] - 1), rel=0.05)
 
 
 # ----------------------------------------------------------------------------- loss gradients

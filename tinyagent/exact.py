@@ -116,6 +116,23 @@ def estimator_moments(logits, ref_logits):
     return stats
 
 
+def log_ratio_shape(logits, ref_logits):
+    """Exact shape of the log-ratio l = log pi_ref(y) - log pi(y) under y ~ pi: its mean, standard
+    deviation, skewness (third standardized moment; negative means a long tail of outcomes the
+    policy raised above the reference) and kurtosis (fourth standardized moment). At small
+    distance k3's spread over the KL is about sqrt(kurtosis - 1). Returns {"mean", "std",
+    "skewness", "kurtosis"}, floats. Defined in Section 10.2."""
+    logits, ref_logits = _check_pair(logits, ref_logits)
+    logp = torch.log_softmax(logits, -1)
+    p, log_ratio = logp.exp(), torch.log_softmax(ref_logits, -1) - logp
+    mean = (p * log_ratio).sum()
+    centred = log_ratio - mean
+    variance = (p * centred ** 2).sum()
+    return {"mean": mean.item(), "std": variance.sqrt().item(),
+            "skewness": ((p * centred ** 3).sum() / variance ** 1.5).item(),
+            "kurtosis": ((p * centred ** 4).sum() / variance ** 2).item()}
+
+
 def _expected(tables, ref_tables, per_sequence):
     """Gradients in every table of sum over sequences of sg(pi(y)) * per_sequence(logps, refs, k1s),
     per-token lists (k1 detached): what a batch average of the per-sequence term follows, since
