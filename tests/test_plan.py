@@ -114,3 +114,32 @@ def test_percentiles_are_numpys_linear_quantiles(level):
     low, high = plan._percentiles(boot, level)
     want = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=1)
     assert np.allclose(low, want[0], rtol=0, atol=1e-14) and np.allclose(high, want[1], rtol=0, atol=1e-14)
+
+
+GOOD = {"a": np.array([1.0, 0.0] * 10)[:, None]}
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: plan.intervals(GOOD, level=95), ValueError, "level must be a probability in (0, 1)"),
+    (lambda: plan.intervals(GOOD, level=-0.5), ValueError, "level must be a probability"),
+    (lambda: plan.intervals(GOOD, 0.95, resamples=1), ValueError, "resamples must be an integer"),
+    (lambda: plan.intervals(GOOD, 0.95, seed=-1), ValueError, "seed must be an integer in [0, 2**64)"),
+    (lambda: plan.intervals({}, 0.95), TypeError, "values_by_agent must map each agent"),
+    (lambda: plan.intervals([GOOD["a"]], 0.95), TypeError, "values_by_agent must map each agent"),
+    (lambda: plan.intervals({"a": np.ones(20)}, 0.95), ValueError, "must be a 2-D array (seeds, parts)"),
+    (lambda: plan.intervals({"a": np.full((20, 1), np.nan)}, 0.95), ValueError, "NaN or infinite"),
+    (lambda: plan.verdicts([_claim("share")], {"a": np.ones((20, 3))}), ValueError, "has 3 parts; the claims have 1"),
+    (lambda: plan.verdicts([], GOOD), ValueError, "claims must hold at least one item"),
+    (lambda: plan.verdicts(["x"], GOOD), TypeError, "each of claims must be a ScoredClaim"),
+    (lambda: plan.verdicts([_claim("share")], GOOD, m=0), ValueError, "m (intervals in the family) must be a positive integer"),
+    (lambda: plan.verdicts([_claim("share")], GOOD, seeds=()), ValueError, "seeds (bootstrap generator seeds) must hold"),
+    (lambda: plan.split_halves([_claim("share")], GOOD, splits=0), ValueError, "splits must be a positive integer"),
+    (lambda: plan.split_halves([_claim("share")], {"a": np.ones((3, 1))}), ValueError, "at least 4 seeds"),
+    (lambda: plan.agreement(["holds"], ["holds", "holds"]), ValueError, "got 1 and 2"),
+    (lambda: plan.agreement(["yes"], ["holds"]), ValueError, "agreement takes the verdicts"),
+    (lambda: plan.agreement("holds", ["holds"]), TypeError, "a (verdicts) must be a list or tuple"),
+])
+def test_odd_arguments_are_refused_naming_what_is_allowed(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value)

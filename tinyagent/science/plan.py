@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..harness.cache import PACKAGE
+from ..checks import instance, int_in, nonempty_list, positive_int, real_number, seed_int
 from .claims import (NEAR_ENTROPY, SAME_REWARD, TRACK_REWARD, WINDOWS, beta_size_claims,
                      comparison_claims, entropy_fall_claims, figure_claims, series, window_means)
 from . import study
@@ -157,6 +158,43 @@ def family_size(claims=None):
     return sum(len(c.parts) for c in (scored_claims() if claims is None else claims))
 
 
+MIN_RESAMPLES = 100       # below it an interval end rests on a handful of resamples (the plan uses 20,000)
+
+
+def _claims_arg(claims):
+    """`claims` as a tuple of at least one ScoredClaim."""
+    claims = nonempty_list("claims", claims)
+    for c in claims:
+        instance("each of claims", c, ScoredClaim)
+    return claims
+
+
+def _values_arg(values_by_agent, n_parts=None, min_seeds=2):
+    """`values_by_agent` if it maps at least one agent to a finite 2-D array (seeds, parts) of
+    at least `min_seeds` seeds, every agent with `n_parts` parts (the claims' parts) when given."""
+    if not isinstance(values_by_agent, dict) or not values_by_agent:
+        raise TypeError(f"values_by_agent must map each agent to its (seeds, parts) array (as "
+                        f"plan.values returns), got {values_by_agent!r:.100}")
+    for agent, v in values_by_agent.items():
+        if not isinstance(v, np.ndarray) or v.ndim != 2 or v.shape[0] < min_seeds:
+            raise ValueError(f"values_by_agent[{agent!r}] must be a 2-D array (seeds, parts) of "
+                             f"at least {min_seeds} seeds, got {getattr(v, 'shape', type(v).__name__)}")
+        if n_parts is not None and v.shape[1] != n_parts:
+            raise ValueError(f"values_by_agent[{agent!r}] has {v.shape[1]} parts; the claims "
+                             f"have {n_parts}")
+        if not np.isfinite(v).all():
+            raise ValueError(f"values_by_agent[{agent!r}] holds a NaN or infinite value")
+    return values_by_agent
+
+
+def _level_arg(level):
+    return real_number("level", level, lambda v: 0 < v < 1, "a probability in (0, 1), e.g. 0.95")
+
+
+def _resamples_arg(resamples):
+    return int_in("resamples", resamples, MIN_RESAMPLES, 10 ** 7)
+
+
 def values(claims, summaries, runs):
     """{agent: array (seeds, parts)} of every part's number at every seed, parts in claim order;
     `summaries` and `runs` map agent -> one {label: ...} per seed (run summaries and runs)."""
@@ -198,6 +236,11 @@ def intervals(values_by_agent, level, resamples=RESAMPLES, seed=0):
     """(effect, low, high), each an array over parts: the mean over agents of each agent's mean
     over seeds, and its stratified bootstrap percentile interval at `level`. One resample of
     seeds serves every part (counts @ values)."""
+    return _intervals(_values_arg(values_by_agent), _level_arg(level), _resamples_arg(resamples),
+                      seed_int("seed", seed))
+
+
+def _intervals(values_by_agent, level, resamples, seed):
     rng = np.random.default_rng(seed)
     counts = [_counts(rng, len(v), resamples) for v in values_by_agent.values()]
     effect = np.mean([v.mean(0) for v in values_by_agent.values()], 0)
@@ -236,14 +279,18 @@ def _claim_verdicts(claims, effect, low, high):
 def _level(claims, m):
     """The Bonferroni level: over every part of the plan unless `m` says otherwise (a table of
     some of the claims keeps the whole family's level)."""
-    return 1 - ALPHA / (family_size() if m is None else m)
+    return 1 - ALPHA / (family_size() if m is None else positive_int("m (intervals in the family)", m))
 
 
 def verdicts(claims, values_by_agent, m=None, resamples=RESAMPLES, seeds=BOOTSTRAP_SEEDS):
     """One row per claim: its estimand, its first part's effect and interval, the verdict under
     the declared rule (unresolved where the ten bootstrap seeds disagree) and whether they did."""
+    claims = _claims_arg(claims)
+    _values_arg(values_by_agent, family_size(claims))
+    seeds = nonempty_list("seeds (bootstrap generator seeds)", seeds)
     level = _level(claims, m)
-    runs = [_claim_verdicts(claims, *intervals(values_by_agent, level, resamples, s))
+    resamples = _resamples_arg(resamples)
+    runs = [_claim_verdicts(claims, *_intervals(values_by_agent, level, resamples, seed_int('seed', s)))
             for s in seeds]
     rows = {}
     for k, c in enumerate(claims):
@@ -265,6 +312,12 @@ def per_agent(claims, values_by_agent, m=None):
 def agreement(a, b):
     """Two lists of verdicts compared: the share with the same verdict, the number of
     contradictions (holds or equivalent against does not hold) and the share resolved."""
+    a, b = nonempty_list("a (verdicts)", a), nonempty_list("b (verdicts)", b)
+    if len(a) != len(b):
+        raise ValueError(f"agreement compares verdicts claim by claim: got {len(a)} and {len(b)}")
+    unknown = sorted({v for v in a + b if v not in VERDICTS}, key=str)
+    if unknown:
+        raise ValueError(f"agreement takes the verdicts {VERDICTS}, got {unknown[:3]}")
     pairs = list(zip(a, b))
     positive = {"holds", "equivalent"}
     contradictions = sum((x in positive and y == "does not hold") or
@@ -284,7 +337,7 @@ def replication(claims, pilot_values, draw_values):
     """The fresh draw against the pilot, by the declared rule: (one row per claim, its pilot and
     fresh-draw verdicts and whether they are the same; one row per goal of the plan, what was
     measured, the goal and whether it is met). `resolved` pools both verdict lists, as
-    `agreement` defines it."""
+    `agreement` defines it. Both sets of values must measure the same claims."""
     pilot = verdicts(claims, pilot_values)["verdict"]
     draw = verdicts(claims, draw_values)["verdict"]
     per_claim = pd.DataFrame({"pilot": pilot, "fresh draw": draw})
@@ -303,7 +356,11 @@ def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples
     share of splits in which both halves give the same verdict; the three agreement numbers
     pooled over all splits). The resample pattern of a half's positions is drawn once and the
     seeds that fill the positions are drawn afresh per split, which keeps 1,000 splits to
-    seconds."""
+    seconds. Each half needs at least two seeds of every agent."""
+    claims = _claims_arg(claims)
+    _values_arg(values_by_agent, family_size(claims), min_seeds=4)
+    splits, seed = positive_int("splits", splits), seed_int("seed", seed)
+    resamples = _resamples_arg(resamples)
     level = _level(claims, m)
     rng = np.random.default_rng(seed)
     halves = {a: len(v) // 2 for a, v in values_by_agent.items()}
