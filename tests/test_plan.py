@@ -111,8 +111,8 @@ def test_replication_meets_the_goal_only_when_the_draw_repeats_the_pilot():
 @pytest.mark.parametrize("level", [0.9, 0.95, 1 - 0.05 / 91])
 def test_percentiles_are_numpys_linear_quantiles(level):
     boot = np.random.default_rng(0).normal(size=(7, 20_001))
-    low, high = plan._percentiles(boot, level)
     want = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2], axis=1)
+    low, high = plan._percentiles(boot, level)         # (reorders boot's rows in place)
     assert np.allclose(low, want[0], rtol=0, atol=1e-14) and np.allclose(high, want[1], rtol=0, atol=1e-14)
 
 

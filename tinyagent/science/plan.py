@@ -211,9 +211,17 @@ def values(claims, summaries, runs):
 
 
 def _bootstrap_means(values_by_agent, counts_by_agent):
-    """(parts, R): each resample's mean over agents of each agent's resampled mean over seeds."""
-    return sum(v.T @ counts for v, counts in zip(values_by_agent.values(), counts_by_agent)
-               ) / len(values_by_agent)
+    """(parts, R): each resample's mean over agents of each agent's resampled mean over seeds
+    (summed in agent order into one array: the additions of `sum`, without its temporaries)."""
+    total = None
+    for v, counts in zip(values_by_agent.values(), counts_by_agent):
+        means = np.ascontiguousarray(v.T) @ counts        # (a row-major left operand: 2x faster)
+        if total is None:
+            total = means
+        else:
+            total += means
+    total /= len(values_by_agent)
+    return total
 
 
 def _counts(rng, n, resamples):
@@ -224,11 +232,13 @@ def _counts(rng, n, resamples):
 
 def _percentiles(boot, level):
     """np.quantile's linear percentiles (1 - level) / 2 and (1 + level) / 2 of each row, from
-    two order statistics each, all four placed by one np.partition instead of a full sort."""
+    two order statistics each, all four placed by one partition instead of a full sort (in place:
+    `boot`'s rows are reordered)."""
     resamples = boot.shape[1]
     positions = [q * (resamples - 1) for q in ((1 - level) / 2, (1 + level) / 2)]
     ranks = [(int(np.floor(x)), min(int(np.floor(x)) + 1, resamples - 1)) for x in positions]
-    part = np.partition(boot, sorted({r for pair in ranks for r in pair}), axis=1)
+    boot.partition(sorted({r for pair in ranks for r in pair}), axis=1)
+    part = boot
     return [part[:, k] + (x - k) * (part[:, k1] - part[:, k]) for x, (k, k1) in zip(positions, ranks)]
 
 
