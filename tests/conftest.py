@@ -8,6 +8,8 @@ from tinyagent.harness.contract import promised
 
 
 def pytest_configure(config):
+    import torch
+    torch.set_num_threads(1)          # the pinned arithmetic is one thread's, as in the harness
     config.addinivalue_line("markers", "recorded_bits: compares bits recorded under the pins")
 
 

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from tinyagent.grpo import (RLConfig, compute_advantages, policy_loss, rl_update,
-                            frozen_copy, sample_step, train_rl)
+from tinyagent.grpo import (LoopHooks, RLConfig, TrainingState, compute_advantages, frozen_copy,
+                            policy_loss, reference_logprobs, rl_update, sample_step, train_rl)
 from tinyagent.policy import Policy
 from tinyagent.policy import load_rl_base
 
@@ -66,9 +66,10 @@ def test_kl_loss_pulls_toward_the_reference():
     reference = Policy(seed=5)
     batch = sample_step(policy, cfg, gen)
     zero = torch.zeros(batch.rewards.shape, **F64)
-    first = rl_update(policy, reference, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero,
+    ref_logp = reference_logprobs(reference, batch)
+    first = rl_update(policy, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero, ref_logp,
                       cfg, gen)
-    second = rl_update(policy, reference, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero,
+    second = rl_update(policy, torch.optim.SGD(policy.parameters(), lr=1e-2), batch, zero, ref_logp,
                        cfg, gen)
     assert second["kl"] < first["kl"]
     assert frozen_copy(policy).head.weight.requires_grad is False
@@ -153,8 +154,8 @@ def test_training_stops_at_the_first_non_finite_loss_naming_the_step():
         return (loss * float("inf") if len(calls) > 2 else loss), stats   # from step 1 on
     policy = load_rl_base()
     with pytest.raises(NonFiniteError, match=r"step 1: the loss became non-finite.*lr="):
-        train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3, loss_fn=overflowing,
-                 progress=False)
+        train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3,
+                 hooks=LoopHooks(loss_fn=overflowing), progress=False)
     assert all(p.isfinite().all() for p in policy.parameters())      # no step trained on it
 
 
@@ -170,20 +171,26 @@ def test_training_stops_when_a_step_makes_the_parameters_non_finite():
                 policy.head.bias[0] = float("inf")
     with pytest.raises(NonFiniteError, match="step 0: the parameters became non-finite"):
         train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=2, progress=False,
-                 optimizer=Overflowing(policy.parameters(), lr=1e-3))
+                 state=TrainingState(Overflowing(policy.parameters(), lr=1e-3),
+                                     torch.Generator().manual_seed(0)))
 
 
-def test_a_resumed_run_evaluates_after_its_last_step():
-    seen = []
-    policy = load_rl_base()
-    train_rl(policy, RLConfig(tasks_per_step=1, group_size=2), steps=3, first_step=4,
-             evaluate=lambda p: seen.append(1) or {"x": 1.0}, eval_every=20, progress=False)
-    assert seen == [1]
+def test_a_run_continued_from_its_state_gives_the_bits_of_one_run():
+    cfg = RLConfig(tasks_per_step=1, group_size=2)
+    whole, halves = load_rl_base(), load_rl_base()
+    log = train_rl(whole, cfg, steps=3, progress=False)
+    state, reference = TrainingState.start(halves, cfg), frozen_copy(halves)
+    parts = [train_rl(halves, cfg, steps=n, reference=reference, state=state, progress=False)
+             for n in (2, 1)]
+    assert parts[0] + parts[1] == log and state.step == 3 and parts[1][0]["step"] == 2
+    assert all(torch.equal(p, q) for p, q in zip(whole.parameters(), halves.parameters()))
 
 
 @pytest.mark.parametrize("kwargs,error,message", [
     (dict(tasks=[]), ValueError, "tasks must hold at least one item"),
-    (dict(cfg={"lr": 1e-3}), TypeError, "cfg must be a RLConfig, got dict")])
+    (dict(cfg={"lr": 1e-3}), TypeError, "cfg must be a RLConfig, got dict"),
+    (dict(hooks=print), TypeError, "hooks must be a LoopHooks"),
+    (dict(state=(None, None, 0)), TypeError, "state must be a TrainingState")])
 def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message):
     with pytest.raises(error, match=message):
         train_rl(Policy(seed=0), **{"cfg": RLConfig(), "steps": 1, **kwargs})
@@ -194,3 +201,17 @@ def test_integer_rewards_are_rewards():
     as_int, _ = compute_advantages(torch.tensor([1, 0, 0, 1]), 4)
     as_float, _ = compute_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64), 4)
     assert torch.equal(as_int, as_float)
+
+
+def test_chapter9_evaluates_every_twenty_steps_and_after_the_last(monkeypatch, capsys):
+    from tinyagent import chapter9
+    seen = []
+
+    def evaluate(policy, reference):
+        seen.append(sum(p.sum().item() for p in policy.parameters()))
+        return {"pass@1": 0.0, "pass@8": 0.0, "distinct": 1.0, "passed_per_task": [0]}
+    monkeypatch.setattr(chapter9, "evaluate", evaluate)
+    chapter9.main(["--steps", "21", "--group-size", "2", "--tasks-per-step", "1",
+                   "--minibatches", "1"])
+    assert len(seen) == 3 and len(set(seen)) == 3       # the base, after step 19, after step 20
+    assert capsys.readouterr().out.count("held-out pass@1") == 2

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinyagent.grpo import RLConfig, compute_advantages, frozen_copy, rl_update, sample_step
+from tinyagent.grpo import (RLConfig, compute_advantages, reference_logprobs, rl_update,
+                            sample_step)
 from tinyagent.policy import load_rl_base
-from tinyagent.regularize import (RegularizedConfig, adaptive_kl_coef, first_choices,
+from tinyagent.regularize import (AdaptiveKLController, RegularizedConfig, adaptive_kl_coef,
+                                  first_choices,
                                   regularized_update, train_regularized)
 
 REFERENCE_RUNS = Path(__file__).parent / "data" / "three_step_reference.json"
@@ -29,8 +31,9 @@ def test_regularized_update_equals_rl_update_with_regularizers_off():
     adv, _ = compute_advantages(batch.rewards, cfg.group_size)
     assert adv.abs().sum() > 0
     for policy, update in ((a, rl_update), (b, regularized_update)):
-        update(policy, frozen_copy(base), torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch,
-               adv, cfg if update is rl_update else RegularizedConfig(**SMALL),
+        update(policy, torch.optim.Adam(policy.parameters(), lr=cfg.lr), batch, adv,
+               reference_logprobs(base, batch),
+               cfg if update is rl_update else RegularizedConfig(**SMALL),
                torch.Generator().manual_seed(1))
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
@@ -47,8 +50,8 @@ def test_k3_plus_update_follows_k2_gradient():
     for kind in ("k3+", "k2", "k3"):
         p = copy.deepcopy(base)
         cfg = RegularizedConfig(**SMALL, kl_coef=1.0, kl_kind=kind)
-        regularized_update(p, ref, torch.optim.SGD(p.parameters(), lr=0.1), batch, zero, cfg,
-                           torch.Generator().manual_seed(1))
+        regularized_update(p, torch.optim.SGD(p.parameters(), lr=0.1), batch, zero,
+                           reference_logprobs(ref, batch), cfg, torch.Generator().manual_seed(1))
         moved.append(torch.cat([x.flatten() for x in p.parameters()]))
     assert torch.allclose(moved[0], moved[1], atol=1e-14, rtol=0)
     assert not torch.allclose(moved[0], moved[2], atol=1e-10, rtol=0)
@@ -113,6 +116,12 @@ def test_train_regularized_adapts_and_logs_beta():
     assert betas[2] > betas[1] > betas[0]             # the KL is above a tiny target: beta grows
 
 
+def test_the_adaptive_controller_follows_adaptive_kl_coef_and_keeps_its_value():
+    controller = AdaptiveKLController(0.1, target=0.1)
+    assert controller.update(0.2) == adaptive_kl_coef(0.1, 0.2, 0.1) == controller.value
+    assert controller.update(0.0) == adaptive_kl_coef(0.1 * 1.02, 0.0, 0.1)
+
+
 def test_first_choices_are_the_token_after_each_call_opener():
     #            prompt   <call> read tests </call>  obs obs  <call> edit f </call>
     mask = torch.tensor([[0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1]], dtype=torch.bool)
@@ -127,8 +136,9 @@ def test_entropy_bonus_after_observations_only_moves_the_policy_differently():
     for where in ("all", "after_observation"):
         p = copy.deepcopy(base)
         cfg = RegularizedConfig(**SMALL, minibatches=1, entropy_coef=0.1, entropy_positions=where)
-        log = regularized_update(p, frozen_copy(base), torch.optim.SGD(p.parameters(), lr=0.1),
-                                 batch, zero, cfg, torch.Generator().manual_seed(1))
+        log = regularized_update(p, torch.optim.SGD(p.parameters(), lr=0.1), batch, zero,
+                                 reference_logprobs(base, batch), cfg,
+                                 torch.Generator().manual_seed(1))
         moved[where] = (torch.cat([x.flatten() for x in p.parameters()]), log["entropy"])
     assert moved["all"][1] == moved["after_observation"][1]      # the logged entropy: all positions
     assert not torch.allclose(moved["all"][0], moved["after_observation"][0], atol=1e-8)

@@ -13,12 +13,13 @@ from pathlib import Path as _Path
 _EXPORTS = {
     "adam": ("Adam",),
     "evaluate": ("pass_at_k",),
-    "grpo": ("RLConfig", "behavior_stats", "compute_advantages", "policy_loss", "rl_update",
-             "sample_step", "train_rl"),
+    "grpo": ("LoopHooks", "RLConfig", "TrainingState", "behavior_stats", "compute_advantages",
+             "policy_loss", "rl_update", "sample_step", "train_rl"),
     "gym": ("HELDOUT_TASKS", "TRAIN_TASKS", "Episode", "Task"),
     "kl": ("entropy_bonus", "kl_estimate", "kl_penalty", "sequence_kl"),
     "policy": ("Policy", "PolicyConfig", "load_policy", "load_rl_base", "save_policy"),
-    "regularize": ("RegularizedConfig", "regularized_update", "train_regularized"),
+    "regularize": ("AdaptiveKLController", "RegularizedConfig", "regularized_update",
+                   "train_regularized"),
     "sampler": ("rollout", "token_logprobs"),
 }
 _DEFINED_IN = {name: module for module, names in _EXPORTS.items() for name in names}

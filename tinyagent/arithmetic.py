@@ -25,7 +25,8 @@ remains of a run is chosen by two pins:
                                                   products); no run reaches them
                                                   (tests/test_arithmetic.py)
     OpenMP (how a reduction is split)           one torch thread for training and the held-out
-                                                  rollout (`torch_threads`), a fixed two for SFT
+                                                  rollout (set by the harness's entry points and
+                                                  each notebook's set-up line), a fixed two for SFT
     never reached by our runs: FBGEMM and QNNPACK (quantized ops), NNPACK and XNNPACK
     (convolutions). glibc's libm picks FMA variants of exp and log by the CPU, identical on every
     CPU with AVX2 (they all have FMA).

@@ -10,12 +10,13 @@ and pass@8 (10 tasks x 16 attempts) every 20 steps.
 """
 import argparse
 from dataclasses import fields
-from functools import partial
 from pathlib import Path
 
 from .evaluate import evaluate
-from .grpo import RLConfig, train_rl
+from .grpo import RLConfig, TrainingState, frozen_copy, train_rl
 from .policy import load_policy, load_rl_base
+
+EVAL_EVERY = 20     # steps between held-out evaluations; continuing a run keeps its bits
 
 
 def _field_help():
@@ -59,13 +60,15 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    start = (lambda: load_policy(args.checkpoint)) if args.checkpoint else load_rl_base
-    policy = start()
+    policy = load_policy(args.checkpoint) if args.checkpoint else load_rl_base()
     base = evaluate(policy, reference=policy)
     print("RL base agent on held-out tasks: " + ", ".join(
         f"{k} {v:.3f}" for k, v in base.items() if k != "passed_per_task"))
-    history = train_rl(policy, args.cfg, steps=args.steps,
-                       evaluate=partial(evaluate, reference=start()), progress=False)
+    reference, state, history = frozen_copy(policy), TrainingState.start(policy, args.cfg), []
+    while state.step < args.steps:               # evaluated every EVAL_EVERY steps and at the end
+        history += train_rl(policy, args.cfg, min(EVAL_EVERY, args.steps - state.step),
+                            reference=reference, state=state, progress=False)
+        history[-1].update({f"eval_{k}": v for k, v in evaluate(policy, reference=reference).items()})
     cols = ("reward", "entropy", "kl_to_ref", "zero_adv_groups", "clip_frac", "reads",
             "malformed", "policy_tokens")
     print("step " + " ".join(f"{c:>15}" for c in cols))

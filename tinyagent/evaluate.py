@@ -5,7 +5,6 @@ from math import comb
 
 import torch
 
-from .arithmetic import torch_threads
 from .checks import (instance, int_in, nonempty_list, positive_int, seed_int,
                      temperature as check_temperature)
 from .kl import kl_penalty, masked_mean
@@ -52,7 +51,6 @@ def distinct_per_task(batch, n, tokens=None):
 
 
 @torch.no_grad()
-@torch_threads(1)                 # the pinned arithmetic is one thread's (arithmetic.py)
 def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
     """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
     episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
@@ -65,7 +63,6 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
 
 
 @torch.no_grad()
-@torch_threads(1)
 def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
              temperature=1.0):
     """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action

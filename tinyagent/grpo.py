@@ -4,14 +4,14 @@ come from the leaf module `kl`; their Chapter 9 names stay importable from here.
 import copy
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 from torch.profiler import record_function
 from tqdm.auto import trange
 
 from .adam import Adam
-from .arithmetic import torch_threads
 from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
                      temperature)
 from .gym import TRAIN_TASKS
@@ -164,19 +164,16 @@ def reference_logprobs(reference, batch):
     return ref_logp
 
 
-def rl_update(policy, reference, optimizer, batch, advantages, cfg, gen, loss_fn=grpo_loss,
-              ref_logp=None):
+def rl_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen, loss_fn=grpo_loss):
     """One GRPO update on a batch: `cfg.epochs` passes of `cfg.minibatches` Adam steps on
     `loss_fn` (Chapter 9's `grpo_loss`; Chapter 10 passes its own). pi_old is the sampler's
     log-probabilities (as in prime-rl): the same weights, so no forward pass recomputes them.
     Log-probs are computed only at the policy's tokens, the only ones a loss reads; `ref_logp`
-    may be passed in when the caller has already computed it. Returns the minibatch statistics
-    averaged, the batch's k3 distance to the reference, and the mismatch between the sampler's
-    log-probs and the trainer's (on the first minibatch, before any step changes the weights)."""
+    holds the reference's (`reference_logprobs`). Returns the minibatch statistics averaged, the
+    batch's k3 distance to the reference, and the mismatch between the sampler's log-probs and
+    the trainer's (on the first minibatch, before any step changes the weights)."""
     tokens, mask, temperature = batch.tokens, batch.policy_mask, cfg.temperature   # (B, T)
     old_logp = batch.logp                                                          # (B, T)
-    if ref_logp is None:
-        ref_logp = reference_logprobs(reference, batch)                            # (B, T)
     stats, mismatch = [], None
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
@@ -217,44 +214,66 @@ def frozen_copy(policy):
     return reference
 
 
-@torch_threads(1)                 # the pinned arithmetic is one thread's (arithmetic.py)
+@dataclass(frozen=True)
+class LoopHooks:
+    """The three places where Chapter 10 changes Chapter 9's loop; the defaults are Chapter 9's.
+
+    loss_fn        the minibatch loss `rl_update` minimizes (grpo_loss)
+    shape_rewards  (batch, ref_logp, cfg) -> (rewards, log): the rewards changed before the group
+                   advantages, e.g. the KL in the reward (None: the task rewards)
+    kl_controller  an object whose `update(kl)` returns the next step's kl_coef from the KL this
+                   step logged, e.g. an adaptive beta (None: beta stays fixed)
+    """
+    loss_fn: Callable = grpo_loss
+    shape_rewards: Callable | None = None
+    kl_controller: object = None
+
+
+@dataclass
+class TrainingState:
+    """What a run carries from one call of `train_rl` to the next: Adam's moments, the one random
+    generator and the next step's number. Passing the same state to a second call continues the
+    run: 40 steps and then 40 more give the bits of 80."""
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    step: int = 0
+
+    @classmethod
+    def start(cls, policy, cfg):
+        """A fresh run's state: Adam at `cfg.lr` on `policy`, the generator seeded with `cfg.seed`."""
+        return cls(Adam(policy.parameters(), lr=cfg.lr), torch.Generator().manual_seed(cfg.seed))
+
+
 def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None,
-             loss_fn=grpo_loss, shape_rewards=None, next_cfg=None, evaluate=None, eval_every=20,
-             progress=True, desc="GRPO", optimizer=None, generator=None, first_step=0):
-    """The GRPO loop, Chapter 9's and (with its pieces passed in) Chapter 10's. Trains `policy` in
-    place, anchored to `reference` (default: a frozen copy of its start), and returns the per-step
-    log (a list of dicts, see the README's logged metrics). What Chapter 10 changes comes in as
-    arguments: `loss_fn` for `rl_update`; `shape_rewards(batch, ref_logp, cfg) -> (rewards, log)`
-    to change the rewards before the advantages (the KL in the reward); `next_cfg(cfg, log)` for
-    the next step's config (an adaptive beta). `evaluate(policy) -> dict`, if given, runs every
-    `eval_every` steps and after the last. Sampling and updating are labelled for the profiler.
-    An earlier run's `optimizer` (its Adam moments) and `generator` (its random stream), passed in,
-    continue that run, with the log numbered from `first_step`: 40 steps and then 40 more give the
-    bits of 80."""
+             hooks=LoopHooks(), state=None, progress=True):
+    """The GRPO loop, Chapter 9's and (with its `hooks`) Chapter 10's. Trains `policy` in place,
+    anchored to `reference` (default: a frozen copy of its start), and returns the per-step log (a
+    list of dicts, see the README's logged metrics). An earlier call's `state` continues its run,
+    the log numbered from `state.step`. Sampling and updating are labelled for the profiler."""
     positive_int("steps", steps)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
+    hooks = instance("hooks", hooks, LoopHooks)
     reference = frozen_copy(policy) if reference is None else reference
-    optimizer = Adam(policy.parameters(), lr=cfg.lr) if optimizer is None else optimizer
-    gen = torch.Generator().manual_seed(cfg.seed) if generator is None else generator
+    state = TrainingState.start(policy, cfg) if state is None else instance(
+        "state", state, TrainingState)
     history = []
-    for step in trange(first_step, first_step + steps, desc=desc, disable=not progress):
+    for step in trange(state.step, state.step + steps, desc="GRPO", disable=not progress):
         with record_function("sampling"):
-            batch = sample_step(policy, cfg, gen, tasks)
+            batch = sample_step(policy, cfg, state.generator, tasks)
         with record_function("update"), _naming_step(step, cfg):
             log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
             ref_logp = reference_logprobs(reference, batch)                    # (B, T)
             rewards = batch.rewards                                            # (B,)
-            if shape_rewards is not None:
-                rewards, shaped = shape_rewards(batch, ref_logp, cfg)
+            if hooks.shape_rewards is not None:
+                rewards, shaped = hooks.shape_rewards(batch, ref_logp, cfg)
                 log.update(shaped)
             advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
-            log.update(rl_update(policy, reference, optimizer, batch, advantages, cfg, gen,
-                                 loss_fn, ref_logp))
-        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == first_step + steps):
-            log.update({f"eval_{k}": v for k, v in evaluate(policy).items()})
-        if next_cfg is not None:
-            cfg = next_cfg(cfg, log)
+            log.update(rl_update(policy, state.optimizer, batch, advantages, ref_logp, cfg,
+                                 state.generator, hooks.loss_fn))
+        if hooks.kl_controller is not None:
+            cfg = replace(cfg, kl_coef=hooks.kl_controller.update(log["kl"]))
         history.append(log)
+        state.step = step + 1
     return history
 
 
@@ -266,5 +285,4 @@ def _naming_step(step, cfg):
     except NonFiniteError as err:
         raise NonFiniteError(
             f"step {step}: {err}; the run stops here rather than train on it. Likely cause: a "
-            f"learning rate or coefficient too large for float32 (lr={cfg.lr:g}, "
-            f"kl_coef={cfg.kl_coef:g}, entropy_coef={getattr(cfg, 'entropy_coef', 0.0):g})") from None
+            f"learning rate or coefficient too large for float32 ({cfg})") from None

@@ -2,15 +2,16 @@
 
 The estimators and the entropy bonus live in the leaf module `kl`; this module adds the
 configuration, the regularized loss (Chapter 9's loss with its KL term generalized and an entropy
-bonus), the KL in the reward, and an adaptive KL coefficient. The update itself is Chapter 9's
+bonus), the KL in the reward, and an adaptive KL coefficient, handed to Chapter 9's loop as its
+`LoopHooks`. The update itself is Chapter 9's
 `rl_update`, which does not change: Chapter 10 hands it another loss.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from .checks import finite_positive, instance
-from .grpo import RLConfig, coefficient, policy_loss, rl_update, train_rl
+from .grpo import LoopHooks, RLConfig, coefficient, policy_loss, rl_update, train_rl
 from .gym import TRAIN_TASKS
 from .kl import (KL_ESTIMATE_KINDS, entropy_bonus, kl_estimate, masked_mean,
                  sequence_kl)
@@ -35,7 +36,7 @@ class RegularizedConfig(RLConfig):
                        the first choice after the prompt or a tool's answer: the token after the
                        `<call>` opener, which the grammar fixes ("all")
     kl_target          None keeps beta fixed; a target KL makes beta adaptive, starting at
-                       kl_coef and following `adaptive_kl_coef` each step (Exercise 5) (None)
+                       kl_coef and following `AdaptiveKLController` each step (Exercise 5) (None)
     """
     kl_placement: str = "loss"
     entropy_coef: float = 0.0
@@ -93,9 +94,9 @@ def regularized_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
     return loss, {"clip_frac": clip_frac, "entropy": entropy.item(), "kl": kl.item()}
 
 
-def regularized_update(policy, reference, optimizer, batch, advantages, cfg, gen):
+def regularized_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen):
     """Chapter 9's `rl_update` on `regularized_loss`. Defined in Section 10.6."""
-    return rl_update(policy, reference, optimizer, batch, advantages, cfg, gen,
+    return rl_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen,
                      loss_fn=regularized_loss)
 
 
@@ -118,22 +119,33 @@ def kl_in_reward(batch, ref_logp, cfg):
     return batch.rewards - cfg.kl_coef * seq_kl, {"sequence_kl": seq_kl.mean().item()}
 
 
-def adapt_kl_coef(cfg, log):
-    """The next step's config with beta moved toward `cfg.kl_target` by `adaptive_kl_coef`, from
-    the KL this step logged (Exercise 5)."""
-    return replace(cfg, kl_coef=adaptive_kl_coef(cfg.kl_coef, log["kl"], cfg.kl_target))
+class AdaptiveKLController:
+    """An adaptive beta, as verl's controller of the same name: `value` starts at `init` and each
+    `update(kl)` moves it by `adaptive_kl_coef` toward `target`. Defined in Exercise 5."""
+
+    def __init__(self, init, target, horizon=10):
+        self.value, self.target, self.horizon = init, target, horizon
+
+    def update(self, kl):
+        self.value = adaptive_kl_coef(self.value, kl, self.target, self.horizon)
+        return self.value
+
+
+def regularized_hooks(cfg):
+    """Chapter 10's pieces for Chapter 9's loop under `cfg`: `regularized_loss`, the KL in the
+    reward when kl_placement is "reward", and with `cfg.kl_target` an adaptive beta."""
+    return LoopHooks(
+        loss_fn=regularized_loss,
+        shape_rewards=kl_in_reward if cfg.kl_placement == "reward" else None,
+        kl_controller=(AdaptiveKLController(cfg.kl_coef, cfg.kl_target)
+                       if cfg.kl_target is not None else None))
 
 
 def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=TRAIN_TASKS,
-                      reference=None, progress=True, **resume):
-    """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in: `regularized_loss`, the
-    KL in the reward when kl_placement is "reward", and with `cfg.kl_target` an adaptive beta
-    (logged as `kl_coef`). `reference` defaults to a frozen copy of the start (pass another to
-    continue a run anchored elsewhere). `resume` (optimizer, generator, first_step) continues an
-    earlier run, as in `train_rl`. Trains in place; returns the per-step log.
-    Defined in Section 10.6."""
+                      reference=None, state=None, progress=True):
+    """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in (`regularized_hooks`); the
+    adaptive beta is logged as `kl_coef`. `reference` defaults to a frozen copy of the start (pass
+    another to continue a run anchored elsewhere); an earlier call's `state` continues its run, as
+    in `train_rl`. Trains in place; returns the per-step log. Defined in Section 10.6."""
     cfg = instance("cfg", cfg, RegularizedConfig)
-    return train_rl(policy, cfg, steps, tasks, reference, loss_fn=regularized_loss,
-                    shape_rewards=kl_in_reward if cfg.kl_placement == "reward" else None,
-                    next_cfg=adapt_kl_coef if cfg.kl_target is not None else None,
-                    progress=progress, desc="regularized GRPO", **resume)
+    return train_rl(policy, cfg, steps, tasks, reference, regularized_hooks(cfg), state, progress)

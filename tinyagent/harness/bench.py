@@ -160,6 +160,7 @@ def main(argv=None):
     parser.add_argument("--against", default=BASELINE, metavar="REV",
                         help=f"the git revision to time side by side (default {BASELINE})")
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)             # the pinned arithmetic is one thread's
     known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
                             f"{args.against}^{{commit}}"], capture_output=True, text=True)
     if known.returncode != 0:

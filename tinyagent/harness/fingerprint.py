@@ -148,6 +148,13 @@ def check_arithmetic():
     return False
 
 
+def use_pinned_arithmetic():
+    """A notebook's set-up line: one torch thread for what follows (the pinned arithmetic is one
+    thread's; the book's functions leave threads to their caller), then `check_arithmetic()`."""
+    torch.set_num_threads(1)
+    return check_arithmetic()
+
+
 if __name__ == "__main__":
     import json
     import sys

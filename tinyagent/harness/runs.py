@@ -20,13 +20,12 @@ from multiprocessing import get_context
 import torch
 from tqdm.auto import tqdm
 
-from ..adam import Adam
-from ..arithmetic import pinned_environment
+from ..arithmetic import pinned_environment, torch_threads
 from .cache import PACKAGE, cached, code_digest, lookup
 from ..checks import env_flag, env_path, env_positive_int, instance, positive_int
 from ..evaluate import evaluate
 from .fingerprint import check_arithmetic, fingerprint, matches, mismatch_message
-from ..grpo import frozen_copy
+from ..grpo import TrainingState, frozen_copy
 from ..policy import RL_BASE_CHECKPOINT, load_policy, load_rl_base
 from ..regularize import RegularizedConfig, train_regularized
 
@@ -102,17 +101,15 @@ def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT)
     def compute():
         policy = copy.deepcopy(start)
         anchor = frozen_copy(start) if reference is None else reference
-        optimizer = Adam(policy.parameters(), lr=cfg.lr)
-        generator = torch.Generator().manual_seed(cfg.seed)
+        state = TrainingState.start(policy, cfg)
         history = []
         if (earlier := _shorter_run(config, cfg)) is not None:
             policy.load_state_dict(earlier["state"])
-            optimizer.load_state_dict(earlier["optimizer"])
-            generator.set_state(earlier["generator"])
-            history = earlier["history"]
-        history = history + train_regularized(
-            policy, cfg, steps=steps - len(history), reference=anchor, progress=False,
-            optimizer=optimizer, generator=generator, first_step=len(history))
+            state.optimizer.load_state_dict(earlier["optimizer"])
+            state.generator.set_state(earlier["generator"])
+            history, state.step = earlier["history"], len(earlier["history"])
+        history = history + train_regularized(policy, cfg, steps=steps - len(history),
+                                              reference=anchor, state=state, progress=False)
         vs_base = evaluate(policy, reference=base)
         anchored_at_base = reference is None and start is base
         return {"history": history,
@@ -120,10 +117,11 @@ def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT)
                 "eval_vs_reference": (vs_base if anchored_at_base
                                       else evaluate(policy, reference=anchor)),
                 "state": dict(policy.state_dict()),
-                "optimizer": optimizer.state_dict(),
-                "generator": generator.get_state()}
+                "optimizer": state.optimizer.state_dict(),
+                "generator": state.generator.get_state()}
 
-    return cached(config, compute, CACHE_DIR, check=is_run)
+    with torch_threads(1):                  # the pinned arithmetic is one thread's
+        return cached(config, compute, CACHE_DIR, check=is_run)
 
 
 def _shorter_run(config, cfg):
