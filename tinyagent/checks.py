@@ -209,3 +209,53 @@ def token_ids(name, tokens, vocab_size, ndim=2):
                          f"{tokens[bad][:5].tolist()}")
     return tokens
 
+
+def logits_tensor(name, x, shape_hint, ndim):
+    """Return `x` as detached float64 logits after checking type, rank and values."""
+    import torch
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of logits {shape_hint}, "
+                         f"got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor (float32 or float64), "
+                         f"got {x.dtype}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have shape {shape_hint}, got {tuple(x.shape)}")
+    if torch.isnan(x).any():
+        raise ValueError(f"{name} must not contain NaN")
+    if torch.isinf(x).any():
+        raise ValueError(f"{name} must be finite: an infinite logit leaves the KL undefined")
+    return x.detach().to(torch.float64)
+
+
+def logit_pair(logits, ref_logits):
+    """Two 1-D logit vectors over the same K >= 2 outcomes, as float64 (exact.py's one distribution)."""
+    logits = logits_tensor("logits", logits, "(K,)", 1)
+    ref_logits = logits_tensor("ref_logits", ref_logits, "(K,)", 1)
+    if logits.shape != ref_logits.shape:
+        raise ValueError(f"logits and ref_logits must have the same shape (K,), got "
+                         f"{tuple(logits.shape)} and {tuple(ref_logits.shape)}")
+    if logits.numel() < 2:
+        raise ValueError(f"a distribution needs at least 2 outcomes, got K={logits.numel()}")
+    return logits, ref_logits
+
+
+def logit_tables(policy, ref):
+    """Both models, as float64: equally long tuples of logit tables over one vocabulary V >= 2
+    (exact.py's sequence models)."""
+    checked = []
+    for name, model in (("policy", policy), ("ref", ref)):
+        if not isinstance(model, (tuple, list)) or not model:
+            raise ValueError(f"{name} must be a tuple of logit tables, for two tokens a pair "
+                             f"(first (V,), second (V, V)); got {type(model).__name__}")
+        tables = [logits_tensor(f"{name}[{t}]", z, f"(V,) * {t + 1}", t + 1)
+                  for t, z in enumerate(model)]
+        if tables[0].numel() < 2 or any(z.shape != tables[0].shape * z.dim() for z in tables):
+            raise ValueError(f"{name}: the tables need shapes (V,), (V, V), ... with V >= 2, got "
+                             f"{[tuple(z.shape) for z in tables]}")
+        checked.append(tables)
+    shapes = [[tuple(z.shape) for z in tables] for tables in checked]
+    if shapes[0] != shapes[1]:
+        raise ValueError(f"policy and ref must share the vocabulary and the length, got tables "
+                         f"{shapes[0]} and {shapes[1]}")
+    return checked

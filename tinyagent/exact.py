@@ -7,12 +7,14 @@ derivation is checked to rounding error (1e-12). The estimators come from `tinya
 only part of the package this module imports; nothing here re-implements them.
 
 Logits are cast to float64. A single distribution is a 1-D tensor of K logits; a model of
-T-token sequences is a tuple of T logit tables (see "sequence models" below).
+T-token sequences is a tuple of T logit tables (see "sequence models" below). Their arguments are
+checked by `checks.logit_pair` and `checks.logit_tables`.
 """
 import math
 
 import torch
 
+from .checks import logit_pair, logit_tables
 from .kl import KL_KINDS, kl_estimate, kl_penalty
 
 VOCAB = 50      # outcomes of the toy distribution of Sections 10.2 and 10.3
@@ -27,37 +29,6 @@ def toy_distribution(seed, vocab=VOCAB):
     ref_logits = torch.randn(vocab, generator=gen, dtype=torch.float64)
     direction = torch.randn(vocab, generator=gen, dtype=torch.float64)
     return ref_logits, direction
-
-
-# ----------------------------------------------------------------------------- input checks
-
-def _as_logits(name, x, shape_hint, ndim):
-    """Return `x` as detached float64 logits after checking type, rank and values."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of logits {shape_hint}, "
-                         f"got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor (float32 or float64), "
-                         f"got {x.dtype}")
-    if x.dim() != ndim:
-        raise ValueError(f"{name} must have shape {shape_hint}, got {tuple(x.shape)}")
-    if torch.isnan(x).any():
-        raise ValueError(f"{name} must not contain NaN")
-    if torch.isinf(x).any():
-        raise ValueError(f"{name} must be finite: an infinite logit leaves the KL undefined")
-    return x.detach().to(torch.float64)
-
-
-def _check_pair(logits, ref_logits):
-    """Two 1-D logit vectors over the same K >= 2 outcomes."""
-    logits = _as_logits("logits", logits, "(K,)", 1)
-    ref_logits = _as_logits("ref_logits", ref_logits, "(K,)", 1)
-    if logits.shape != ref_logits.shape:
-        raise ValueError(f"logits and ref_logits must have the same shape (K,), got "
-                         f"{tuple(logits.shape)} and {tuple(ref_logits.shape)}")
-    if logits.numel() < 2:
-        raise ValueError(f"a distribution needs at least 2 outcomes, got K={logits.numel()}")
-    return logits, ref_logits
 
 
 def _grad(objective, *leaves):
@@ -89,13 +60,13 @@ def _kl(logits_a, logits_b):
 def reverse_kl(logits, ref_logits):
     """The exact KL(pi || pi_ref) of pi = softmax(logits) from pi_ref = softmax(ref_logits): what
     the estimators estimate, and what a KL penalty means to penalize. Defined in Section 10.2."""
-    return _kl(*_check_pair(logits, ref_logits)).item()
+    return _kl(*logit_pair(logits, ref_logits)).item()
 
 
 def forward_kl(logits, ref_logits):
     """The exact KL(pi_ref || pi), the other direction, whose gradient a k3 loss turns out to
     follow. Defined in Section 10.3."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     return _kl(ref_logits, logits).item()
 
 
@@ -104,7 +75,7 @@ def estimator_moments(logits, ref_logits):
     outcomes: the mean says whether an estimator is biased, the spread how many tokens it takes to
     average it. Returns {"true_kl": float, "mean": {kind: float}, "std": {kind: float}}.
     Defined in Section 10.2."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     logp, ref_logp = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
     p = logp.exp()
     stats = {"true_kl": _kl(logits, ref_logits).item(), "mean": {}, "std": {}}
@@ -122,7 +93,7 @@ def log_ratio_shape(logits, ref_logits):
     policy raised above the reference) and kurtosis (fourth standardized moment). At small
     distance k3's spread over the KL is about sqrt(kurtosis - 1). Returns {"mean", "std",
     "skewness", "kurtosis"}, floats. Defined in Section 10.2."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     logp = torch.log_softmax(logits, -1)
     p, log_ratio = logp.exp(), torch.log_softmax(ref_logits, -1) - logp
     mean = (p * log_ratio).sum()
@@ -149,7 +120,7 @@ def _expected(tables, ref_tables, per_sequence):
 
 def _expected_grad(logits, ref_logits, per_outcome):
     """Gradient in the logits of sum_y sg(pi(y)) * per_outcome(log pi, log pi_ref, k1)[y]."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     (grad,) = _expected((logits,), (ref_logits,), lambda lp, rp, k: per_outcome(lp[0], rp[0], k[0]))
     return grad
 
@@ -176,7 +147,7 @@ def per_sample_grads(logits, ref_logits, kind, corrected=False):
     """(K, K): row y is the gradient in the logits of the loss term at outcome y alone, the
     per-sample gradient a batch averages (pi-weighted: `expected_loss_grad`).
     Defined in Exercise 1."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     ref_logp = torch.log_softmax(ref_logits, -1)
     term = score_corrected if corrected else kl_estimate
     return torch.autograd.functional.jacobian(
@@ -195,13 +166,13 @@ def expected_reward_grad(logits, ref_logits):
 def reverse_kl_grad(logits, ref_logits):
     """Autograd's gradient of the exact KL(pi || pi_ref) in the logits: the direction a "KL
     penalty to the reference" is meant to push along. Defined in Section 10.3."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     return _grad(lambda z: _kl(z, ref_logits), logits)[0]
 
 
 def forward_kl_grad(logits, ref_logits):
     """Autograd's gradient of the exact KL(pi_ref || pi) in the logits. Defined in Section 10.3."""
-    logits, ref_logits = _check_pair(logits, ref_logits)
+    logits, ref_logits = logit_pair(logits, ref_logits)
     return _grad(lambda z: _kl(ref_logits, z), logits)[0]
 
 
@@ -226,7 +197,7 @@ def logits_at_kl(ref_logits, direction, target_kl, iterations=200):
     Along the ray the KL only grows (its derivative in s is s * Var_pi(direction)) and levels
     off at -log pi_ref(argmax direction), so bisection finds s. Returns (logits, s).
     Defined in Section 10.2."""
-    ref_logits, direction = _check_pair(ref_logits, direction)
+    ref_logits, direction = logit_pair(ref_logits, direction)
     if not isinstance(target_kl, (int, float)) or not target_kl > 0:
         raise ValueError(f"target_kl must be a positive number, got {target_kl!r}")
     if direction.max() == direction.min():
@@ -255,37 +226,17 @@ def logits_at_kl(ref_logits, direction, target_kl, iterations=200):
 # (V,) * (t + 1), holds token t + 1's logits after each prefix y_1..y_t. T = 2 is Section 10.4's
 # two-token model (first_logits (V,), second_logits (V, V) with row y1).
 
-def _check_tables(policy, ref):
-    """Both models: equally long tuples of logit tables over one vocabulary V >= 2."""
-    checked = []
-    for name, model in (("policy", policy), ("ref", ref)):
-        if not isinstance(model, (tuple, list)) or not model:
-            raise ValueError(f"{name} must be a tuple of logit tables, for two tokens a pair "
-                             f"(first (V,), second (V, V)); got {type(model).__name__}")
-        tables = [_as_logits(f"{name}[{t}]", z, f"(V,) * {t + 1}", t + 1)
-                  for t, z in enumerate(model)]
-        if tables[0].numel() < 2 or any(z.shape != tables[0].shape * z.dim() for z in tables):
-            raise ValueError(f"{name}: the tables need shapes (V,), (V, V), ... with V >= 2, got "
-                             f"{[tuple(z.shape) for z in tables]}")
-        checked.append(tables)
-    shapes = [[tuple(z.shape) for z in tables] for tables in checked]
-    if shapes[0] != shapes[1]:
-        raise ValueError(f"policy and ref must share the vocabulary and the length, got tables "
-                         f"{shapes[0]} and {shapes[1]}")
-    return checked
-
-
 def sequence_model_kl(policy, ref):
     """The exact sequence KL(pi || pi_ref) of two T-token models.
     Defined in Section 10.4 (`two_token_kl`), for any T in Exercise 4."""
-    return _table_kl(*_check_tables(policy, ref)).item()
+    return _table_kl(*logit_tables(policy, ref)).item()
 
 
 def sequence_model_kl_grad(policy, ref):
     """Gradient of the exact sequence KL, one tensor per table. A token's part holds both effects
     of its choice: on its own KL, and on which later KLs the sequence goes on to pay.
     Defined in Section 10.4 (`two_token_kl_grad`), for any T in Exercise 4."""
-    tables, ref_tables = _check_tables(policy, ref)
+    tables, ref_tables = logit_tables(policy, ref)
     return _grad(lambda *zs: _table_kl(zs, ref_tables), *tables)
 
 
@@ -299,7 +250,7 @@ def sequence_model_loss_grad(policy, ref, kind, future=False):
         loss = sum(kl_estimate(lp, rp, kind) for lp, rp in zip(logps, refs))
         return loss + (sum(lp * sum(k1[t + 1:]) for t, lp in enumerate(logps)) if future else 0)
 
-    return _expected(*_check_tables(policy, ref), per_token)
+    return _expected(*logit_tables(policy, ref), per_token)
 
 
 def sequence_model_reward_grad(policy, ref):
@@ -307,7 +258,7 @@ def sequence_model_reward_grad(policy, ref):
     score scaled by the detached k1 from that token on, its own included, so a token answers for
     the divergence of the tokens it leads to. Descending it lowers the sequence KL. One tensor per
     table. Defined in Section 10.4 (`two_token_reward_grad`), for any T in Exercise 4."""
-    return _expected(*_check_tables(policy, ref),
+    return _expected(*logit_tables(policy, ref),
                      lambda logps, refs, k1: sum(lp * sum(k1[t:]) for t, lp in enumerate(logps)))
 
 
