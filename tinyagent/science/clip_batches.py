@@ -30,12 +30,12 @@ STEPS = 8
 SECOND_SPELLINGS = torch.tensor([ID["patch"], ID["done"], ID["cat"]])  # of edit, submit, read
 
 
-def after_steps(batch, eps_high, lr):
-    """8 full-batch steps of the saved update on `batch` at learning rate `lr`, from a fresh RL
-    base agent against the fixed pi_old; the log-probs (B, T) and log-distributions (N, V) at the
-    policy positions after."""
+def after_steps(batch, eps_high, lr, steps=STEPS):
+    """`steps` full-batch steps of the saved update on `batch` at learning rate `lr`, from a fresh
+    RL base agent against the fixed pi_old; the log-probs (B, T) and log-distributions (N, V) at
+    the policy positions after."""
     policy = load_rl_base()
-    run_cfg = RegularizedConfig(epochs=STEPS, minibatches=1, eps_high=eps_high)
+    run_cfg = RegularizedConfig(epochs=steps, minibatches=1, eps_high=eps_high)
     advantages, _ = compute_advantages(batch.rewards, run_cfg.group_size)
     optimizer = Adam(policy.parameters(), lr=lr)
     regularized_update(policy, frozen_copy(policy), optimizer, batch, advantages, run_cfg,
