@@ -174,7 +174,7 @@ def test_the_book_column_is_the_books_own_arithmetic():
 # ----------------------------------------------------------------------------- Section 10.6
 
 def clip_batch(after_02=0.432, after_028=0.441, after_free=0.477, share_02=0.73, share_028=0.82):
-    """One clip-higher batch, with the keys 10.6's `clip_higher` returns."""
+    """One clip-higher batch, with the keys `clip_batches.clip_higher_batch` returns."""
     kinds = {"opening verb": 64, "later verbs": 120, "argument": 180, "other": 170}
     out = {"batch": {"positive-advantage tokens": 150, "of which started < 0.5": 27,
                      "entropy before": 0.483, "P(read) opening": 0.19,

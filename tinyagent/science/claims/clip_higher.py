@@ -5,8 +5,8 @@ from ..book import SECTION_10_6
 from ..report import Claim
 from .signs import positive
 
-# One result per batch, as 10.6's `clip_higher(seed)` builds it: {"batch": {...}, 0.2: {...},
-# 0.28: {...}, math.inf: {...}}, the inner dicts keyed by the columns of its tables.
+# One result per batch, as `science.clip_batches.clip_higher_batch` builds it: {"batch": {...},
+# 0.2: {...}, 0.28: {...}, math.inf: {...}}, the inner dicts keyed by the columns of its tables.
 
 # ours: "most tokens" read as a majority of the tokens above the clip.
 MOST = 0.5
