@@ -123,7 +123,7 @@ def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):
 ENTRY_POINTS = {
     "make pretrain": "from tinyagent.harness import rebuild\n"
                      "rebuild.main(['--out', '/nonexistent/rl_base.pt'])",
-    "make agents": "from tinyagent.science import study\nstudy._build('agent_999')",
+    "make agents": "from tinyagent.science import agents\nagents.build_agent('agent_999')",
     "a notebook's setup cell": "from tinyagent.harness.fingerprint import check_arithmetic\n"
                                "check_arithmetic()",
 }

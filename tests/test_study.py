@@ -169,15 +169,16 @@ def test_the_committed_pilot_is_complete_and_every_record_carries_its_identity()
 
 
 def test_the_draws_agents_are_the_plans_count_inside_its_bands_and_differ():
-    from tinyagent.harness.runs import policy_digest
-    if not study.AGENT_RECORDS.exists():
-        pytest.skip(f"the draw's agents are not built yet ({study.AGENT_RECORDS.name}; make agents)")
-    built = json.loads(study.AGENT_RECORDS.read_text())
-    assert len(study.AGENTS) == len(json.loads(study.PLAN.read_text())["design"]["agents"])
-    assert all(v["inside"] for agent in study.AGENTS for v in built["checks"][agent].values())
-    assert not set(built["rejected"]) & set(study.AGENTS)
-    digests = {policy_digest(study.load_agent(agent)) for agent in study.AGENTS}
-    assert len(digests) == len(study.AGENTS)                     # built independently
+    from tinyagent.harness.runs import load_agent, policy_digest
+    from tinyagent.science import agents
+    if not agents.AGENT_RECORDS.exists():
+        pytest.skip(f"the draw's agents are not built yet ({agents.AGENT_RECORDS.name}; make agents)")
+    built = json.loads(agents.AGENT_RECORDS.read_text())
+    assert len(agents.AGENTS) == len(json.loads(agents.PLAN.read_text())["design"]["agents"])
+    assert all(v["inside"] for agent in agents.AGENTS for v in built["checks"][agent].values())
+    assert not set(built["rejected"]) & set(agents.AGENTS)
+    digests = {policy_digest(load_agent(agent)) for agent in agents.AGENTS}
+    assert len(digests) == len(agents.AGENTS)                     # built independently
 
 
 def test_the_declared_plan_names_every_claim_with_an_estimand_the_rule_knows():

@@ -1,14 +1,14 @@
-"""The study: Section 10.7's nine settings x twenty seeds x three independently built base agents,
-committed as plain data, so that a verdict about a regularizer rests on 60 runs per setting and on
+"""The study: Section 10.7's nine settings x twenty seeds x six independently built base agents,
+committed as plain data, so that a verdict about a regularizer rests on 120 runs per setting and on
 more than one SFT checkpoint, not on the five live seeds of one.
 
     python -m tinyagent.science.study                       # compute what is missing (resumable), write
                                                     # tinyagent/data/study_runs.jsonl
     python -m tinyagent.science.study --cluster tcp://host:8786    # the same runs on a Dask cluster
 
-The base agents are the shipped RL base agent and two more built the same way from other seeds
-(demonstrations and SFT: `pretrain.build_rl_base`), each checked against the regime the chapter
-describes with bands fixed before they were built (`REGIME`). Every run is the run cache's
+The base agents are the shipped RL base agent and five more built the same way from other seeds
+(agents.py), each checked against the regime the chapter describes with bands declared in the plan
+before they were built (`REGIME`). Every run is the run cache's
 (runs.py), so `make study` can be stopped and resumed, and the notebooks' live runs (the shipped
 agent, seeds 0-4) are a slice of it: each record carries the SHA-256 of the run's final parameters,
 the code hash and the arithmetic fingerprint. The first 540 runs, made before the policy's products
@@ -21,33 +21,17 @@ import json
 import math
 import time
 
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
-from ..arithmetic import pinned_environment
 from ..harness.cluster import dask_executor
 from .diagnostics import run_summary
 from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
-from ..harness.fingerprint import EXPECTED, check_arithmetic
-from ..harness.rebuild import held_out_behaviour
-from ..harness.runs import (CODE_VERSION, PACKAGE, SHIPPED_AGENT, load_agent, regularized_runs,
-                            worker_fingerprint)
-from ..policy import RL_BASE_CHECKPOINT, load_policy, save_policy
-from ..pretrain import DemoConfig, SFTConfig, build_rl_base
+from ..harness.fingerprint import EXPECTED
+from ..harness.runs import CODE_VERSION, PACKAGE, regularized_runs, worker_fingerprint
+from .agents import AGENT_RECORDS, AGENTS, build_agents
 
-PLAN = PACKAGE / "data" / "study_plan.json"      # the declared design and rule of the fresh draw
-AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each built agent's regime check
 PILOT_AGENTS = ("rl_base", "agent_1", "agent_2")    # the pilot's agents, under its arithmetic
 PILOT_AGENT_RECORDS = PACKAGE / "data" / "pilot_agents.json"    # their regime check
-FIRST_NEW_SEED = 3          # agent_k: demonstrations and SFT at seed k; 1 and 2 were the pilot's
-
-def draw_agents():
-    """The fresh draw's base agents, as `make agents` built and checked them (empty before)."""
-    return tuple(json.loads(AGENT_RECORDS.read_text())["agents"]) if AGENT_RECORDS.exists() else ()
-
-
-AGENTS = draw_agents()
 SEEDS = tuple(range(20))
 SETTINGS = tuple(COMPARISON)
 RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` computes now
@@ -55,9 +39,6 @@ RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` compute
 # an earlier arithmetic (MKL's matrix products, on an Intel Xeon) from the earlier RL base agent.
 # Data, labelled by each record's code hash and fingerprint: read, never recomputed.
 PILOT = PACKAGE / "data" / "pilot_runs.jsonl.gz"
-# Declared in the plan before the agents were built (its regime_bands_why says why these bands).
-REGIME = {m: tuple(band) for m, band in
-          json.loads(PLAN.read_text())["design"]["regime_bands"].items()}
 DIGITS = 6          # significant digits kept of each logged number (the tables print 3)
 
 
@@ -254,53 +235,6 @@ def compute(agents=AGENTS, executor=None, workers=None, blocks=(SEEDS[:10], SEED
             print(f"study: {len(done)} of {total} runs recorded ({minutes:.1f} min, about "
                   f"{left:.0f} min to go)", flush=True)
     return list(done.values())
-
-
-def _check(agent):
-    """One agent's held-out behaviour against `REGIME`: {metric: {value, se, band, inside}}."""
-    behaviour = held_out_behaviour(load_agent(agent))
-    return {m: {"value": behaviour[m][0], "se": behaviour[m][1], "band": list(band),
-                "inside": band[0] <= behaviour[m][0] <= band[1]} for m, band in REGIME.items()}
-
-
-def _build(agent):
-    """Build agent_k (demonstrations and SFT at seed k) beside the shipped agent, unless a valid
-    checkpoint is already there, and check it against the regime."""
-    check_arithmetic()
-    path = RL_BASE_CHECKPOINT.with_name(f"{agent}.pt")
-    try:
-        load_policy(path)
-    except (FileNotFoundError, ValueError):
-        seed = int(agent.split("_")[1])
-        save_policy(build_rl_base(DemoConfig(seed=seed), SFTConfig(seed=seed)), path)
-    return _check(agent)
-
-
-def build_agents(count=None, workers=1):
-    """The draw's base agents: the shipped one and agent_3, agent_4, ... built one at a time by
-    default (SFT runs on two threads; two SFT processes on two cores ran six times slower, measured),
-    until `count` (the plan's six) lie inside every regime band. An agent outside a band is
-    recorded as rejected and the next seed is built instead, as the plan declares. Resumable:
-    a valid checkpoint is checked, not rebuilt. Writes AGENT_RECORDS and returns it."""
-    count = len(json.loads(PLAN.read_text())["design"]["agents"]) if count is None else count
-    checks = {SHIPPED_AGENT: _check(SHIPPED_AGENT)}
-    used = [SHIPPED_AGENT] if all(v["inside"] for v in checks[SHIPPED_AGENT].values()) else []
-    seed = FIRST_NEW_SEED
-    with pinned_environment(), ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        while len(used) < count:
-            names = [f"agent_{seed + i}" for i in range(count - len(used))]
-            seed += len(names)
-            for name, check in zip(names, pool.map(_build, names)):
-                checks[name] = check
-                if all(v["inside"] for v in check.values()):
-                    used.append(name)
-                print(f"{name}: " + "  ".join(f"{m} {v['value']:.3f}±{v['se']:.3f}"
-                      f"{'' if v['inside'] else ' OUTSIDE ' + str(v['band'])}"
-                      for m, v in check.items()), flush=True)
-    rejected = [a for a in checks if a not in used]
-    out = {"agents": used, "rejected": rejected, "checks": checks}
-    write_atomically(AGENT_RECORDS, (json.dumps(out, indent=1) + "\n").encode())
-    return out
 
 
 def main(argv=None):
