@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from ..adam import Adam
-from ..grpo import compute_advantages, frozen_copy, sample_step
+from ..grpo import compute_advantages, reference_logprobs, sample_step
 from ..kl import entropy
 from ..policy import load_rl_base
 from ..regularize import RegularizedConfig, regularized_update
@@ -38,8 +38,8 @@ def after_steps(batch, eps_high, lr, steps=STEPS):
     run_cfg = RegularizedConfig(epochs=steps, minibatches=1, eps_high=eps_high)
     advantages, _ = compute_advantages(batch.rewards, run_cfg.group_size)
     optimizer = Adam(policy.parameters(), lr=lr)
-    regularized_update(policy, frozen_copy(policy), optimizer, batch, advantages, run_cfg,
-                       torch.Generator().manual_seed(run_cfg.seed))
+    regularized_update(policy, optimizer, batch, advantages, reference_logprobs(policy, batch),
+                       run_cfg, torch.Generator().manual_seed(run_cfg.seed))
     with torch.no_grad():
         return token_logprobs(policy, batch.tokens, run_cfg.temperature, batch.policy_mask)
 
@@ -151,7 +151,7 @@ def step_by_step(batch, eps_high, beta1=0.9, steps=STEPS):
     (steps, P) and the entropy, and the tokens' starting probabilities (P,). `beta1` is Adam's
     momentum (torch's default 0.9)."""
     policy = load_rl_base()
-    reference = frozen_copy(policy)
+    ref_logp = reference_logprobs(policy, batch)
     run_cfg = RegularizedConfig(epochs=1, minibatches=1, eps_high=eps_high)
     advantages, _ = compute_advantages(batch.rewards, run_cfg.group_size)
     optimizer = Adam(policy.parameters(), lr=run_cfg.lr, betas=(beta1, 0.999))
@@ -162,7 +162,7 @@ def step_by_step(batch, eps_high, beta1=0.9, steps=STEPS):
         old_logp, _ = token_logprobs(policy, batch.tokens, run_cfg.temperature, mask)
     ratios, entropies = [], []
     for _ in range(steps):
-        regularized_update(policy, reference, optimizer, batch, advantages, run_cfg, gen)
+        regularized_update(policy, optimizer, batch, advantages, ref_logp, run_cfg, gen)
         with torch.no_grad():
             logp, dist = token_logprobs(policy, batch.tokens, run_cfg.temperature, mask)
         ratios.append((logp - old_logp)[mask].exp()[positive])                 # (P,)

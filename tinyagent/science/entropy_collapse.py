@@ -163,7 +163,7 @@ LOOP_SETTINGS = {
     "KL k3+ 0.05 in the loss (loss_fn)": RegularizedConfig(kl_coef=0.05, kl_kind="k3+"),
     "KL 0.05 in the reward (shape_rewards)": RegularizedConfig(kl_coef=0.05, kl_kind="k1",
                                                                 kl_placement="reward"),
-    "adaptive KL, target 0.01 (next_cfg)": RegularizedConfig(kl_coef=0.05, kl_kind="k3+", kl_target=0.01)}
+    "adaptive KL, target 0.01 (kl_controller)": RegularizedConfig(kl_coef=0.05, kl_kind="k3+", kl_target=0.01)}
 LOOP_STEPS = 3
 
 
