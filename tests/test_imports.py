@@ -124,7 +124,8 @@ def test_the_layers_are_the_ones_the_design_names():
     assert {m for m in MODULES if _layer(m) == "science"} == {"science", CLAIMS} | {
         f"science.{m}" for m in ("experiments", "study", "plan", "placement", "report", "book",
                                  "plots", "diagnostics", "pairs", "episodes", "entropy_collapse",
-                                 "clip_batches", "agents")}
+                                 "clip_batches", "agents", "exercises_exact", "exercise_runs",
+                                 "batch_probes")}
 
 
 def test_the_books_code_imports_neither_the_harness_nor_the_science():
