@@ -123,7 +123,7 @@ def test_the_layers_are_the_ones_the_design_names():
                                  "contract", "probe", "rebuild")}
     assert {m for m in MODULES if _layer(m) == "science"} == {"science", CLAIMS} | {
         f"science.{m}" for m in ("experiments", "study", "plan", "placement", "report", "book",
-                                 "plots", "diagnostics", "pairs", "episodes")}
+                                 "plots", "diagnostics", "pairs", "episodes", "design_problems")}
 
 
 def test_the_books_code_imports_neither_the_harness_nor_the_science():
