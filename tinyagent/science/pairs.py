@@ -73,8 +73,8 @@ def minus_by_seed(results, labels, b, column):
     """Each of `labels` minus setting `b` on `column`, the differences themselves, seed by seed,
     one row named "column, label minus b" each."""
     base = column_per_seed(results, b, column)
-    return {f"{column}, {label} minus {b}": np.subtract(column_per_seed(results, label, column), base)
-            for label in labels}
+    return {f"{column}, {label} minus {b}":
+            np.subtract(column_per_seed(results, label, column), base) for label in labels}
 
 
 def rows_table(rows, name):
