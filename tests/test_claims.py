@@ -408,6 +408,16 @@ def test_failing_seeds_names_the_seeds_where_a_claim_fails():
     assert all(v == "" for k, v in failed.items() if k != "k3_vs_k3plus")
 
 
+def test_scored_with_failures_adds_the_failing_seeds_to_the_claims_table():
+    seeds = [nine_runs(**{"k3 beta=0.3": {"pass@1": 0.45}}) if i in (1, 3) else nine_runs()
+             for i in range(len(SEEDS))]
+    table = C.scored_with_failures(C.comparison_claims(), seeds, SEEDS)
+    assert list(table.columns[:-1]) == list(score_claims(C.comparison_claims(), seeds).columns)
+    assert table.loc["k3_vs_k3plus", "fails at seeds"] == "1, 3"
+    assert table.loc["k3_vs_k3plus", "holds in"] == 3
+    assert table.loc["collapse", "fails at seeds"] == ""
+
+
 def test_pass1_gaps_count_only_beyond_the_noise():
     # the reward KL 0.05 below the lower loss placement: a sign, not a gap beyond 0.08
     seeds = [nine_runs(**{"reward beta=0.3": {"pass@1": 0.538}}) for _ in SEEDS]
@@ -505,7 +515,7 @@ def test_every_name_the_notebooks_use_is_importable_from_the_package():
         used |= set(re.findall(r"\bC\.([A-Za-z_]\w*)", text))
         for groups in re.findall(r"from tinyagent\.science\.claims import (?:\(([^)]*)\)|([^\n(]+))", text):
             used |= {name.strip() for name in ",".join(groups).split(",") if name.strip()}
-    assert {"series", "reset_claims", "failing_seeds"} <= used
+    assert {"adaptive_target_claims", "reset_claims", "scored_with_failures"} <= used
     assert all(hasattr(C, name) for name in used), sorted(n for n in used
                                                                    if not hasattr(C, n))
 

@@ -213,3 +213,24 @@ def test_training_mean_averages_each_run_from_the_given_step_on():
             {"history": [{"reward": 1.0}] * 10 + [{"reward": 0.0}] * 30}]
     assert training_mean(runs, "reward") == pytest.approx([sum(range(10, 40)) / 30, 0.0])
     assert training_mean(runs, "reward", first=0)[1] == pytest.approx(0.25)
+
+
+def test_training_paired_names_the_steps_and_pairs_each_seed():
+    from tinyagent.science.diagnostics import training_paired
+    a = [{"history": [{"reward": 1.0}] * 40}, {"history": [{"reward": 0.0}] * 40}]
+    b = [{"history": [{"reward": 0.5}] * 40}] * 2
+    (name, row), = training_paired(a, b, ["reward"]).items()
+    assert name == "training reward, steps 10-39"
+    assert (row["mean"], row["min"], row["max"], row["a_above_b"]) == (0.0, -0.5, 0.5, 1)
+    assert list(training_paired(a, b, ["reward"], first=20)) == ["training reward, steps 20-39"]
+
+
+def test_first_call_summaries_read_each_runs_final_parameters(base):
+    from tinyagent.science.diagnostics import first_call_summaries, first_call_summary
+    episodes = heldout_prompts(TASKS, attempts=1)
+    ref = first_call_distribution(base, episodes)
+    other = Policy(seed=0)
+    (same, moved) = first_call_summaries([{"state": base.state_dict()},
+                                          {"state": other.state_dict()}], episodes, ref)
+    assert same["reverse KL"] == pytest.approx(0.0, abs=1e-12)
+    assert moved == first_call_summary(other, episodes, ref)

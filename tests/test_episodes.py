@@ -101,3 +101,21 @@ def test_malformed_price_is_the_gap_between_the_two_pass_rates():
     assert (price["episodes with"], price["episodes without"]) == (2, 2)  # the log task left out
     assert price["cost"] == pytest.approx(price["without"] - price["with"]) == pytest.approx(0.5)
     assert torch.is_tensor(price["cost"]) is False
+
+
+def test_distance_parts_regroup_the_parts_by_name_and_refuse_parts_that_do_not_add_up(seeds):
+    _, runs, parts = zip(*seeds)
+    summaries = [run["eval"] for run in runs]
+    by_part = E.distance_parts(parts, summaries)
+    assert by_part["needs the log: verb"] == [p[("needs the log", "verb")] for p in parts]
+    assert [row["contribution"] for row in by_part["all tokens"]] == [s["kl_to_ref"] for s in summaries]
+    with pytest.raises(ValueError, match="add up"):
+        E.distance_parts(parts, [{"kl_to_ref": s["kl_to_ref"] + 0.01} for s in summaries])
+
+
+def test_reading_split_re_rolls_the_evaluated_episodes_and_refuses_others(base):
+    pass1 = E.by_reading(heldout_rollout(base))["pass@1"]
+    (row,) = E.reading_split([{"state": base.state_dict(), "eval": {"pass@1": pass1}}])
+    assert row["pass@1"] == pass1
+    with pytest.raises(ValueError, match="not the episodes"):
+        E.reading_split([{"state": base.state_dict(), "eval": {"pass@1": pass1 + 0.1}}])

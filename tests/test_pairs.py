@@ -3,7 +3,9 @@ import math
 
 import pytest
 
-from tinyagent.science.pairs import book_difference, column_per_seed, paired, paired_table
+from tinyagent.science.pairs import (book_difference, by_seed, column_per_seed, minus_by_seed,
+                                     paired, paired_by_column, paired_by_label, paired_table,
+                                     rows_table)
 
 OURS = {"a": [{"x": 0.5, "y": 2.0}, {"x": 0.7, "y": 1.0}, {"x": 0.1, "y": 3.0}],
         "b": [{"x": 0.4, "y": 2.5}, {"x": 0.2, "y": 1.0}, {"x": 0.3, "y": 2.0}]}
@@ -38,3 +40,28 @@ def test_paired_table_has_one_row_per_comparison_with_the_paired_mean():
     assert row["mean"] == pytest.approx((0.1 + 0.5 - 0.2) / 3) and row["a_above_b"] == 2
     assert table.loc[("b", "a", "x"), "mean"] == pytest.approx(-row["mean"])
     assert math.isnan(table.loc[("a", "b", "y"), "book"])
+
+
+def test_by_seed_turns_settings_of_seeds_into_seeds_of_settings():
+    seeds = by_seed(OURS)
+    assert len(seeds) == 3 and seeds[1] == {"a": OURS["a"][1], "b": OURS["b"][1]}
+    with pytest.raises(ValueError, match="one entry per seed"):
+        by_seed({"a": [1, 2], "b": [1]})
+
+
+def test_paired_rows_by_column_and_by_label_are_the_same_differences():
+    by_column = paired_by_column(OURS, "a", "b", ["x", "y"])
+    assert list(by_column) == ["x", "y"]
+    assert by_column["x"] == paired([0.5, 0.7, 0.1], [0.4, 0.2, 0.3])
+    assert paired_by_label(OURS, ["a"], "b", "x") == {"a": by_column["x"]}
+
+
+def test_minus_by_seed_keeps_each_seeds_difference_and_names_the_row():
+    (name, diff), = minus_by_seed(OURS, ["a"], "b", "y").items()
+    assert name == "y, a minus b" and list(diff) == pytest.approx([-0.5, 0.0, 1.0])
+
+
+def test_rows_table_has_one_row_per_entry_under_the_given_index_name():
+    table = rows_table(paired_by_column(OURS, "a", "b", ["x", "y"]), "a minus b")
+    assert list(table.index) == ["x", "y"] and table.index.name == "a minus b"
+    assert table.loc["y", "a_above_b"] == 1

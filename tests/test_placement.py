@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinyagent.science.placement import book_in_distribution
+from tinyagent.science.placement import book_in_distribution, columns_by_agent
 
 
 def test_a_book_number_is_placed_at_its_percentile_among_our_runs():
@@ -28,3 +28,8 @@ OURS = {"a": {"none": {"pass@1": np.linspace(0, 1, 21)}}}
 def test_odd_arguments_are_refused_naming_what_is_allowed(book, kwargs, says):
     with pytest.raises(ValueError, match=says):
         book_in_distribution(book, OURS, **{"columns": ["pass@1"], **kwargs})
+
+
+def test_columns_by_agent_gathers_each_column_over_an_agents_seeds():
+    summaries = {"a": [{"none": {"pass@1": 0.1, "reads": 1.0}}, {"none": {"pass@1": 0.3, "reads": 2.0}}]}
+    assert columns_by_agent(summaries, ["none"], ["pass@1"]) == {"a": {"none": {"pass@1": [0.1, 0.3]}}}

@@ -18,9 +18,11 @@ from ..checks import int_in
 from ..evaluate import ATTEMPTS, EVAL_SEED
 from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
                   call_ended, parse_call)
+from ..harness.runs import policy_from_state
 from ..kl import kl_penalty
 from ..sampler import token_logprobs
 from ..vocab import ID, KIND_IDS, NAME_IDS, WORDS
+from .pairs import paired
 
 # ------------------------------------------------------------------ one run in numbers
 
@@ -259,3 +261,18 @@ def malformed_calls(batch):
             if parse_call(call, episode.names) is None:
                 counts[(kind, call_pattern(call, episode))] += 1
     return counts
+
+
+def first_call_summaries(runs, prompts, ref_probs):
+    """`first_call_summary` of each run's final policy (one run per seed)."""
+    return [first_call_summary(policy_from_state(run["state"]), prompts, ref_probs) for run in runs]
+
+
+def training_paired(runs_a, runs_b, keys, first=10):
+    """Setting a minus setting b, paired by seed (`pairs.paired`), on each logged `key` averaged
+    over the steps from `first` on (`training_mean`), one row "training key, steps first-last"
+    each."""
+    last = len(runs_a[0]["history"]) - 1
+    return {f"training {key}, steps {first}-{last}": paired(training_mean(runs_a, key, first),
+                                                            training_mean(runs_b, key, first))
+            for key in keys}

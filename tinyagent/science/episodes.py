@@ -12,7 +12,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from ..evaluate import heldout_rollout
 from ..gym import HELDOUT_TASKS
+from ..harness.runs import policy_from_state
 from .diagnostics import malformed_calls
 
 KINDS = (("majority", False), ("needs the log", True))     # (label, task.needs_log)
@@ -125,3 +127,35 @@ def malformed_price(batches):
     return {"with": np.mean(with_malformed), "episodes with": len(with_malformed),
             "without": np.mean(without), "episodes without": len(without),
             "cost": np.mean(without) - np.mean(with_malformed)}
+
+
+def heldout_batches(runs):
+    """The held-out episodes `evaluate` scored, re-rolled from each run's final parameters."""
+    return [heldout_rollout(policy_from_state(run["state"])) for run in runs]
+
+
+def reading_split(runs):
+    """`by_reading` of each run's held-out episodes; refuses episodes whose pass@1 is not the one
+    `evaluate` recorded for the run (they would not be the episodes it scored)."""
+    rows = [by_reading(batch) for batch in heldout_batches(runs)]
+    for row, run in zip(rows, runs):
+        if not math.isclose(row["pass@1"], run["eval"]["pass@1"]):
+            raise ValueError(f"re-rolled pass@1 {row['pass@1']} is not the evaluated "
+                             f"{run['eval']['pass@1']}: not the episodes evaluate() scored")
+    return rows
+
+
+def distance_parts(decompositions, summaries):
+    """`diagnostics.k3_decomposition`s of one setting's runs, one per seed, regrouped as
+    {"kind: role": [that part at each seed]}, plus "all tokens" (the evaluated distance itself);
+    refuses parts that do not add up to each run's evaluated distance (`summaries`, kl_to_ref)."""
+    for parts, row in zip(decompositions, summaries):
+        total = sum(p["contribution"] for p in parts.values())
+        if not math.isclose(total, row["kl_to_ref"], rel_tol=1e-9):
+            raise ValueError(f"the parts add up to {total}, the evaluated distance is "
+                             f"{row['kl_to_ref']}")
+    by_part = {f"{kind}: {role}": [parts[(kind, role)] for parts in decompositions]
+               for kind, role in decompositions[0]}
+    by_part["all tokens"] = [{"share": 1.0, "per_token": row["kl_to_ref"],
+                              "contribution": row["kl_to_ref"]} for row in summaries]
+    return by_part

@@ -8,6 +8,7 @@ evaluates imports this module.
 import math
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
 from .report import paired_differences
@@ -44,3 +45,38 @@ def paired_table(results, book, comparisons):
                                        column_per_seed(results, b, column))}
              for a, b, column in comparisons}
     return pd.DataFrame.from_dict(pairs, orient="index").rename_axis(["a", "b", "column"])
+
+
+def by_seed(results):
+    """`results` ({label: [one entry per seed]}) turned around: one {label: entry} per seed, the
+    form a claim's `measure` reads."""
+    counts = {len(entries) for entries in results.values()}
+    if len(counts) != 1:
+        raise ValueError(f"every setting needs one entry per seed, the same number; got "
+                         f"{ {label: len(entries) for label, entries in results.items()} }")
+    return [{label: results[label][i] for label in results} for i in range(counts.pop())]
+
+
+def paired_by_column(results, a, b, columns):
+    """Setting `a` minus setting `b`, paired by seed (`paired`), for each of `columns`."""
+    return {column: paired(column_per_seed(results, a, column), column_per_seed(results, b, column))
+            for column in columns}
+
+
+def paired_by_label(results, labels, b, column):
+    """Each of `labels` minus setting `b` on one `column`, paired by seed (`paired`)."""
+    return {label: paired(column_per_seed(results, label, column),
+                          column_per_seed(results, b, column)) for label in labels}
+
+
+def minus_by_seed(results, labels, b, column):
+    """Each of `labels` minus setting `b` on `column`, the differences themselves, seed by seed,
+    one row named "column, label minus b" each."""
+    base = column_per_seed(results, b, column)
+    return {f"{column}, {label} minus {b}":
+            np.subtract(column_per_seed(results, label, column), base) for label in labels}
+
+
+def rows_table(rows, name):
+    """{row: {column: value}} (rows of `paired`) as a table whose index is called `name`."""
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis(name)

@@ -39,3 +39,10 @@ def book_in_distribution(book, ours_by_agent, columns, central=0.90):
                          "inside": bool(lo <= value <= hi),
                          "inside agents": ", ".join(inside_agents) or "none"})
     return pd.DataFrame(rows)
+
+
+def columns_by_agent(summaries, settings, columns):
+    """The study's run summaries ({agent: [{setting: {column: value}} per seed]}) as the form
+    `book_in_distribution` reads: agent -> setting -> column -> the values over seeds."""
+    return {agent: {label: {col: [s[label][col] for s in per_seed] for col in columns}
+                    for label in settings} for agent, per_seed in summaries.items()}

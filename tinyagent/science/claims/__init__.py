@@ -17,11 +17,12 @@ from .clip_higher import MOST, clip_higher_claims, entropy_after
 from .comparison import (BROKEN_FORMAT, COLLAPSE_KEPT, K3PLUS, LOSSES, READS_SHARE, SLOWERS,
                          UNIFORM_SHARE, comparison_claims)
 from .design import (EARLY_KEPT, LITTLE_CHANGE, NEAR_FACTOR, beta_size_claims, entropy_at,
-                     entropy_fall_claims, mean_kl, reset_claims)
+                     entropy_fall_claims, mean_kl, reset_claims, reset_value)
 from .exercises import (HALF, LEARNS_TO_READ, SMALL_SHARE, adaptive_target_claims,
                         bonus_position_claims, design_review_claims, long_run_claims)
 from .figure import (NEAR_ENTROPY, RIGHT_COLUMN, SAME_REWARD, TRACK_REWARD, WINDOWS,
                      figure_claims, series, window_means)
+from .scored import scored_with_failures
 
 __all__ = [
     "BROKEN_FORMAT", "COLLAPSE_KEPT", "EARLY_KEPT", "HALF", "K3PLUS", "LEARNS_TO_READ",
@@ -30,5 +31,5 @@ __all__ = [
     "WINDOWS", "adaptive_target_claims", "beta_size_claims", "bonus_position_claims",
     "clip_higher_claims", "comparison_claims", "design_review_claims", "entropy_after",
     "entropy_at", "entropy_fall_claims", "failing_seeds", "figure_claims", "long_run_claims",
-    "mean_kl", "reset_claims", "series", "window_means",
+    "mean_kl", "reset_claims", "reset_value", "scored_with_failures", "series", "window_means",
 ]

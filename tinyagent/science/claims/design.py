@@ -111,8 +111,10 @@ def beta_size_claims():
     ]
 
 
-def _reset_value(run, column):
-    # the four quantities the book prints for each arm of the reset
+def reset_value(run, column):
+    """One arm's `column` after the reset: "kl_to_reference" (held-out k3 to the reference in
+    force), "entropy" (the last step's), else the held-out evaluation's column (pass@1, distinct,
+    pass@8, kl_to_ref from the RL base agent)."""
     if column == "kl_to_reference":
         return run["eval_vs_reference"]["kl_to_ref"]
     if column == "entropy":
@@ -121,7 +123,7 @@ def _reset_value(run, column):
 
 
 def _reset_minus_anchored(column):
-    return lambda pair: _reset_value(pair["reset"], column) - _reset_value(pair["anchored"], column)
+    return lambda pair: reset_value(pair["reset"], column) - reset_value(pair["anchored"], column)
 
 
 def reset_claims():
