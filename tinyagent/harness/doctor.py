@@ -135,78 +135,105 @@ def fingerprint_under(environ):
     return done.stdout.split()[-1]
 
 
-def report(shell_env=None):
-    """(lines, reproduces): the report and whether the runs the verdict speaks of reproduce the
-    stored numbers. `shell_env`: the calling shell's values of the arithmetic variables when make
-    has replaced some of them (None: this process's environment is the shell's)."""
+def _versions():
+    """Python, the packages, torch and the platform: (lines, whether the packages are the pins)."""
     import torch
-
-    lines = []
     version = sys.version_info[:2]
     stored = ".".join(map(str, STORED_PYTHON))
     note = ("the version the stored outputs were written with" if version == STORED_PYTHON
             else f"expected to match; the stored outputs were written with {stored}, which CI checks")
-    lines.append(f"python    {platform.python_version()} ({sys.executable}): {note}")
-
+    lines = [f"python    {platform.python_version()} ({sys.executable}): {note}"]
     package, packages_pinned = package_lines(*pinned_requirements())
     build = (f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build")
     lines += package
     lines.append(f"torch     {torch.__version__}, {build}, ATen kernels "
                  f"{torch.backends.cpu.get_cpu_capability()}")
-
     model, avx512 = cpu_model()
     lines.append(f"platform  {platform.system()} {platform.machine()}, {model}"
                  + {True: ", AVX-512", False: ", no AVX-512", None: ""}[avx512])
+    return lines, packages_pinned
 
+
+def _arithmetic(in_force):
+    """The pins, MKL's branch, the threads and the fingerprint against the stored one: (lines,
+    whether it matches)."""
+    import torch
     ours = fp.fingerprint()                          # computes: MKL's branch is known after it
     branch = mkl_branch()
     branch = ("unknown (this torch build hides MKL)" if branch is None
               else f"{branch} ({MKL_BRANCHES.get(branch & 0xFFFF, 'unknown')})")
-    in_force = overrides(os.environ)
     pins = " ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in PINS)
-    lines.append(f"pins      {pins}; MKL branch {branch}; "
-                 + (f"overridden: {describe(in_force)}" if in_force else "none overridden"))
+    lines = [f"pins      {pins}; MKL branch {branch}; "
+             + (f"overridden: {describe(in_force)}" if in_force else "none overridden")]
     threads = " ".join(f"{name}={os.environ[name]}" for name in THREAD_VARIABLES if name in os.environ)
     lines.append(f"threads   {threads or 'OMP_NUM_THREADS unset'}; torch uses "
                  f"{torch.get_num_threads()} here (runs and the fingerprint set their own)")
-
-    recorded = bool(re.fullmatch(r"[0-9a-f]{64}", fp.EXPECTED))
-    stored_print = fp.EXPECTED[:12] if recorded else "(none recorded in this checkout yet)"
+    stored_print = fp.EXPECTED[:12] if _recorded() else "(none recorded in this checkout yet)"
     matches = fp.matches()
     lines.append(f"arithmetic fingerprint {ours[:12]} " + ("matches the stored one" if matches
                  else f"is not the stored one {stored_print}"))
+    return lines, matches
 
+
+def _recorded():
+    """Whether this checkout stores a real fingerprint (not the placeholder of a new one)."""
+    return bool(re.fullmatch(r"[0-9a-f]{64}", fp.EXPECTED))
+
+
+def _shell(shell_env, matches, in_force):
+    """What a notebook started from the calling shell without make would compute, where make
+    replaced a value that matters: (lines, whether it reproduces, the variables to blame)."""
+    shell = shell_environ(shell_env)
+    shell_found = overrides(shell)
+    if shell_found == in_force:
+        return [], True, in_force
+    theirs = fingerprint_under(shell)
+    shell_matches = theirs == fp.EXPECTED
+    line = (f"shell     {describe(shell_found) or 'the pins'} in your shell: make's own "
+            f"targets (make lab, make test) replace {'it' if len(shell_found) < 2 else 'them'} "
+            f"and {'reproduce' if matches else 'differ'}; a notebook started from this "
+            f"shell without make computes fingerprint {theirs[:12]}, which "
+            + ("matches" if shell_matches else "does not match"))
+    return [line], shell_matches, shell_found if not shell_matches else in_force
+
+
+def _diagnosis(matches, packages_pinned, cause):
+    """Where the bits part and why, for runs that will not reproduce."""
+    lines = []
+    if not matches:
+        part, reaches = fp.first_difference()
+        lines.append(f"where     the bits first part in the {part}: {reaches}")
+    if not packages_pinned:
+        lines.append("why       the installed packages are not pyproject.toml's pins: make setup")
+    if cause:
+        settings = " and ".join(f"{name}={value}" for name, (value, _) in cause.items())
+        one = len(cause) == 1
+        lines.append(f"why       {settings} make{'s' if one else ''} the difference: unset "
+                     f"{'it' if one else 'them'} (`unset {' '.join(cause)}`) or set the pin, "
+                     f"then start Jupyter again")
+    elif _recorded():
+        lines.append("why       no known variable overrides a pin: another CPU architecture, "
+                     "another torch build, or a library nobody listed")
+    else:
+        lines.append("why       the stored fingerprint is a placeholder: nothing can match it yet")
+    return lines
+
+
+def report(shell_env=None):
+    """(lines, reproduces): the report and whether the runs the verdict speaks of reproduce the
+    stored numbers. `shell_env`: the calling shell's values of the arithmetic variables when make
+    has replaced some of them (None: this process's environment is the shell's)."""
+    lines, packages_pinned = _versions()
+    in_force = overrides(os.environ)
+    arithmetic, matches = _arithmetic(in_force)
+    lines += arithmetic
     reproduces, cause = matches, in_force
     if shell_env is not None:
-        shell = shell_environ(shell_env)
-        shell_found = overrides(shell)
-        if shell_found != in_force:                  # make replaced a shell value that matters
-            theirs = fingerprint_under(shell)
-            shell_matches = theirs == fp.EXPECTED
-            lines.append(f"shell     {describe(shell_found) or 'the pins'} in your shell: make's own "
-                         f"targets (make lab, make test) replace {'it' if len(shell_found) < 2 else 'them'} "
-                         f"and {'reproduce' if matches else 'differ'}; a notebook started from this "
-                         f"shell without make computes fingerprint {theirs[:12]}, which "
-                         + ("matches" if shell_matches else "does not match"))
-            reproduces, cause = matches and shell_matches, shell_found if not shell_matches else in_force
-
+        shell, shell_matches, cause = _shell(shell_env, matches, in_force)
+        lines += shell
+        reproduces = matches and shell_matches
     if not reproduces:
-        if not matches:
-            part, reaches = fp.first_difference()
-            lines.append(f"where     the bits first part in the {part}: {reaches}")
-        if not packages_pinned:
-            lines.append("why       the installed packages are not pyproject.toml's pins: make setup")
-        if cause:
-            settings = " and ".join(f"{name}={value}" for name, (value, _) in cause.items())
-            one = len(cause) == 1
-            lines.append(f"why       {settings} make{'s' if one else ''} the difference: unset "
-                         f"{'it' if one else 'them'} (`unset {' '.join(cause)}`) or set the pin, "
-                         f"then start Jupyter again")
-        elif recorded:
-            lines.append("why       no known variable overrides a pin: another CPU architecture, "
-                         "another torch build, or a library nobody listed")
-        else:
-            lines.append("why       the stored fingerprint is a placeholder: nothing can match it yet")
+        lines += _diagnosis(matches, packages_pinned, cause)
     lines.append(f"verdict   {BIT_FOR_BIT if reproduces else DIFFER}")
     return lines, reproduces
 
