@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tinyagent.science import plan
+from tinyagent.science import plan, replication
 from tinyagent.science.plan import Part, ScoredClaim
 
 
@@ -72,9 +72,9 @@ def test_a_verdict_that_changes_with_the_bootstrap_seed_is_unresolved():
 def test_agreement_counts_contradictions_and_an_all_unresolved_rule_is_not_resolved():
     a = ["holds", "does not hold", "equivalent", "unresolved"]
     b = ["does not hold", "does not hold", "does not hold", "unresolved"]
-    out = plan.agreement(a, b)
+    out = replication.agreement(a, b)
     assert out["contradictions"] == 2 and out["same verdict"] == 0.5
-    assert plan.agreement(["unresolved"] * 4, ["unresolved"] * 4)["resolved"] == 0.0
+    assert replication.agreement(["unresolved"] * 4, ["unresolved"] * 4)["resolved"] == 0.0
 
 
 def test_the_pilot_scores_every_part_finitely_at_every_seed():
@@ -98,13 +98,13 @@ def _shares(rate, seeds=20, agents=("a", "b")):
 
 def test_replication_meets_the_goal_only_when_the_draw_repeats_the_pilot():
     claims = [_claim("share")]
-    same, goal = plan.replication(claims, _shares(1.0), _shares(1.0))
+    same, goal = replication.replication(claims, _shares(1.0), _shares(1.0))
     assert same["same"].all() and goal["met"].all()
-    reversed_, goal = plan.replication(claims, _shares(1.0), _shares(0.0))
+    reversed_, goal = replication.replication(claims, _shares(1.0), _shares(0.0))
     assert not reversed_["same"].any()
     assert goal.loc["contradictions", "measured"] == 1 and not goal.loc["contradictions", "met"]
     assert not goal.loc["same verdict", "met"]
-    _, goal = plan.replication(claims, _shares(0.5), _shares(0.5))    # unresolved both times
+    _, goal = replication.replication(claims, _shares(0.5), _shares(0.5))    # unresolved both times
     assert goal.loc["same verdict", "met"] and not goal.loc["resolved", "met"]
 
 
@@ -133,11 +133,11 @@ GOOD = {"a": np.array([1.0, 0.0] * 10)[:, None]}
     (lambda: plan.verdicts(["x"], GOOD), TypeError, "each of claims must be a ScoredClaim"),
     (lambda: plan.verdicts([_claim("share")], GOOD, m=0), ValueError, "m (intervals in the family) must be a positive integer"),
     (lambda: plan.verdicts([_claim("share")], GOOD, seeds=()), ValueError, "seeds (bootstrap generator seeds) must hold"),
-    (lambda: plan.split_halves([_claim("share")], GOOD, splits=0), ValueError, "splits must be a positive integer"),
-    (lambda: plan.split_halves([_claim("share")], {"a": np.ones((3, 1))}), ValueError, "at least 4 seeds"),
-    (lambda: plan.agreement(["holds"], ["holds", "holds"]), ValueError, "got 1 and 2"),
-    (lambda: plan.agreement(["yes"], ["holds"]), ValueError, "agreement takes the verdicts"),
-    (lambda: plan.agreement("holds", ["holds"]), TypeError, "a (verdicts) must be a list or tuple"),
+    (lambda: replication.split_halves([_claim("share")], GOOD, splits=0), ValueError, "splits must be a positive integer"),
+    (lambda: replication.split_halves([_claim("share")], {"a": np.ones((3, 1))}), ValueError, "at least 4 seeds"),
+    (lambda: replication.agreement(["holds"], ["holds", "holds"]), ValueError, "got 1 and 2"),
+    (lambda: replication.agreement(["yes"], ["holds"]), ValueError, "agreement takes the verdicts"),
+    (lambda: replication.agreement("holds", ["holds"]), TypeError, "a (verdicts) must be a list or tuple"),
 ])
 def test_odd_arguments_are_refused_naming_what_is_allowed(call, error, words):
     with pytest.raises(error) as info:

@@ -17,20 +17,15 @@ verdict differs among them is unresolved (and said to be unstable). Nothing that
 evaluates imports this module.
 """
 import json
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from ..harness.cache import PACKAGE
 from ..checks import instance, int_in, nonempty_list, positive_int, real_number, seed_int
-from .claims import (NEAR_ENTROPY, SAME_REWARD, TRACK_REWARD, WINDOWS, beta_size_claims,
-                     comparison_claims, entropy_fall_claims, figure_claims, series, window_means)
+from .claims import beta_size_claims, comparison_claims, entropy_fall_claims, figure_claims
 from . import study
-from .claims.comparison import LOSSES, NEAR_DISTANCE
-from .experiments import COMPARISON
-from .report import PASS1_NOISE
+from .plan_parts import Part, ScoredClaim, improvement_part, share_part, signed_parts  # noqa: F401
 
 PLAN = json.loads((PACKAGE / "data" / "study_plan.json").read_text())
 RESAMPLES = PLAN["rule"]["resamples"]
@@ -39,102 +34,13 @@ ALPHA = 0.05
 VERDICTS = ("holds", "does not hold", "equivalent", "unresolved")
 
 
-@dataclass(frozen=True)
-class Part:
-    """One number per run and how it is decided: kind "share", "mean" (with `test`) or
-    "equivalence" (with `rope`)."""
-    name: str
-    per_run: Callable
-    kind: str
-    test: Callable | None = None
-    rope: float | None = None
-
-
-@dataclass(frozen=True)
-class ScoredClaim:
-    key: str
-    estimand: str
-    parts: tuple
-    source: str          # which results it reads: "summary" ({label: run_summary}) or "run"
-
-
-def _share(claim):
-    return Part("", lambda r: float(claim.holds(claim.measure(r))), "share")
-
-
-def _improvement(claim):
-    def per_run(r):
-        value = claim.measure(r)
-        return 0.5 if value == 0 else float(claim.holds(value))
-    return Part("", per_run, "share")
-
-
-def _windows(a, b, key):
-    """Per window, `a`'s window mean of `key` minus `b`'s (b may be a number)."""
-    def gap(i):
-        def per_run(r):
-            other = b if isinstance(b, float) else window_means(r, b, key)[i]
-            return float(window_means(r, a, key)[i] - other)
-        return per_run
-    return [(f"steps {w.start}-{w.stop - 1}", gap(i)) for i, w in enumerate(WINDOWS)]
-
-
-def _diff(a, b, column):
-    return lambda r: r[a][column] - r[b][column]
-
-
-def _signed_parts(noise=PASS1_NOISE):
-    """The parts of the mean and equivalence claims, as the plan's `why` declares them."""
-    below = lambda limit: (lambda v: v < limit)      # noqa: E731
-    above = lambda limit: (lambda v: v > limit)      # noqa: E731
-    k3, k3p = "k3 beta=0.3", "k3+ beta=0.3"
-    kl = ("k3+ beta=0.05", "k3+ beta=0.3", "k3+ beta=1.0")
-    others = [s for s in COMPARISON if s != "none"]
-    right = ("none", "entropy 0.03", "k3 beta=0.3")
-
-    def windows_ordered(key, sign):
-        return [(f"{b} - {a}, {name}", (lambda f: lambda r: sign * f(r))(f))
-                for a, b in zip(kl, kl[1:]) for name, f in _windows(b, a, key)]
-
-    return {
-        "k3_vs_k3plus": [Part("", _diff(k3, k3p, "pass@1"), "equivalence", rope=noise)],
-        "k3_vs_k3plus_entropy": [Part("", _diff(k3, k3p, "entropy"), "equivalence",
-                                      rope=NEAR_ENTROPY)],
-        "k3_vs_k3plus_distance": [Part("", _diff(k3, k3p, "kl_to_ref"), "equivalence",
-                                       rope=NEAR_DISTANCE)],
-        "reward_pass1": [Part(f"- {s}", _diff("reward beta=0.3", s, "pass@1"), "mean", below(-noise))
-                         for s in LOSSES],
-        "reward_distance": [Part(f"- {s}", _diff("reward beta=0.3", s, "kl_to_ref"), "mean",
-                                 below(0.0)) for s in LOSSES],
-        "no_reward_gain": [Part(s, _diff(s, "none", "late_reward"), "mean", below(0.02))
-                           for s in others],
-        "fig_kl_entropy": [Part(n, f, "mean", above(0.0)) for n, f in windows_ordered("entropy", +1)],
-        "fig_kl_reward": [Part(n, f, "mean", above(0.0)) for n, f in windows_ordered("reward", -1)],
-        "fig_bonus_reward": [Part(n, f, "equivalence", rope=TRACK_REWARD)
-                             for n, f in _windows("entropy 0.03", "none", "reward")],
-        "fig_bonus_entropy": [Part(n, f, "equivalence", rope=NEAR_ENTROPY)
-                              for n, f in _windows("entropy 0.03", 0.3, "entropy")[1:]],
-        "fig_k3_entropy": [Part(n, f, "equivalence", rope=NEAR_ENTROPY)
-                           for n, f in _windows(k3, k3p, "entropy")],
-        "fig_k3_reward": [Part(n, f, "equivalence", rope=TRACK_REWARD)
-                          for n, f in _windows(k3, k3p, "reward")],
-        "fig_reward_entropy": [Part(f"- {o}, {n}", f, "mean", above(0.0)) for o in right
-                               for n, f in _windows("reward beta=0.3", o, "entropy")],
-        "fig_reward_reward": [Part(f"{o} -, {n}", (lambda f: lambda r: -f(r))(f), "mean", above(0.0))
-                              for o in right for n, f in _windows("reward beta=0.3", o, "reward")],
-        "bonus_same_reward": [Part("", lambda r: series(r, "entropy 0.03", "reward")[39]
-                                   - series(r, "none", "reward")[39], "equivalence",
-                                   rope=SAME_REWARD)],
-    }
-
-
 def scored_claims(keys=None):
     """The plan's claims (all, or those of `keys`), in its order, with their parts; not-scored
     claims are left out."""
     by_key = {c.key: (c, "summary") for c in comparison_claims()}
     by_key |= {c.key: (c, "run") for c in figure_claims() + entropy_fall_claims()
                + beta_size_claims()}
-    signed = _signed_parts()
+    signed = signed_parts()
     out = []
     for key, declared in PLAN["claims"].items():
         estimand = declared["estimand"]
@@ -142,9 +48,9 @@ def scored_claims(keys=None):
             continue
         claim, source = by_key[key]
         if estimand == "per-run frequency":
-            parts = (_share(claim),)
+            parts = (share_part(claim),)
         elif estimand == "probability of improvement":
-            parts = (_improvement(claim),)
+            parts = (improvement_part(claim),)
         else:
             parts = tuple(signed[key])
             if estimand == "equivalence of the mean":
@@ -317,82 +223,6 @@ def per_agent(claims, values_by_agent, m=None):
     """Each agent's own verdict, by the same rule and level on its seeds alone."""
     return pd.DataFrame({agent: verdicts(claims, {agent: v}, m)["verdict"]
                          for agent, v in values_by_agent.items()})
-
-
-def agreement(a, b):
-    """Two lists of verdicts compared: the share with the same verdict, the number of
-    contradictions (holds or equivalent against does not hold) and the share resolved."""
-    a, b = nonempty_list("a (verdicts)", a), nonempty_list("b (verdicts)", b)
-    if len(a) != len(b):
-        raise ValueError(f"agreement compares verdicts claim by claim: got {len(a)} and {len(b)}")
-    unknown = sorted({v for v in a + b if v not in VERDICTS}, key=str)
-    if unknown:
-        raise ValueError(f"agreement takes the verdicts {VERDICTS}, got {unknown[:3]}")
-    pairs = list(zip(a, b))
-    positive = {"holds", "equivalent"}
-    contradictions = sum((x in positive and y == "does not hold") or
-                         (y in positive and x == "does not hold") for x, y in pairs)
-    resolved = np.mean([v != "unresolved" for pair in pairs for v in pair])
-    return {"same verdict": float(np.mean([x == y for x, y in pairs])),
-            "contradictions": int(contradictions), "resolved": float(resolved),
-            "claims": len(pairs)}
-
-
-# The plan's replication goal against the pilot (study_plan.json, "replication"): at least this share
-# of the same four-way verdicts, at most this many contradictions, at least this share resolved.
-GOAL = {"same verdict": (">=", 0.90), "contradictions": ("<=", 0), "resolved": (">=", 0.70)}
-
-
-def replication(claims, pilot_values, draw_values):
-    """The fresh draw against the pilot, by the declared rule: (one row per claim, its pilot and
-    fresh-draw verdicts and whether they are the same; one row per goal of the plan, what was
-    measured, the goal and whether it is met). `resolved` pools both verdict lists, as
-    `agreement` defines it. Both sets of values must measure the same claims."""
-    pilot = verdicts(claims, pilot_values)["verdict"]
-    draw = verdicts(claims, draw_values)["verdict"]
-    per_claim = pd.DataFrame({"pilot": pilot, "fresh draw": draw})
-    per_claim["same"] = per_claim["pilot"] == per_claim["fresh draw"]
-    measured = agreement(pilot, draw)
-    goal = pd.DataFrame(
-        [{"measure": name, "measured": measured[name], "goal": f"{op} {bound:g}",
-          "met": measured[name] >= bound if op == ">=" else measured[name] <= bound}
-         for name, (op, bound) in GOAL.items()]).set_index("measure")
-    return per_claim, goal
-
-
-def split_halves(claims, values_by_agent, splits=1000, seed=0, m=None, resamples=RESAMPLES):
-    """The draw against itself: `splits` stratified random splits of every agent's seeds into two
-    halves, each half scored by the rule (one bootstrap seed per half). Returns (per claim, the
-    share of splits in which both halves give the same verdict; the three agreement numbers
-    pooled over all splits). The resample pattern of a half's positions is drawn once and the
-    seeds that fill the positions are drawn afresh per split, which keeps 1,000 splits to
-    seconds. Each half needs at least two seeds of every agent."""
-    claims = _claims_arg(claims)
-    _values_arg(values_by_agent, family_size(claims), min_seeds=4)
-    splits, seed = positive_int("splits", splits), seed_int("seed", seed)
-    resamples = _resamples_arg(resamples)
-    level = _level(claims, m)
-    rng = np.random.default_rng(seed)
-    halves = {a: len(v) // 2 for a, v in values_by_agent.items()}
-    counts = [[_counts(rng, halves[a], resamples) for a in values_by_agent] for _ in range(2)]
-    same = np.zeros(len(claims))
-    first, second = [], []
-    for _ in range(splits):
-        verdict_sets = []
-        order = {a: rng.permutation(len(v)) for a, v in values_by_agent.items()}
-        for h in range(2):
-            part = {a: v[order[a][h * halves[a]:(h + 1) * halves[a]]]
-                    for a, v in values_by_agent.items()}
-            boot = _bootstrap_means(part, counts[h])
-            effect = np.mean([v.mean(0) for v in part.values()], 0)
-            verdict_sets.append([v[0] for v in _claim_verdicts(claims, effect,
-                                                                *_percentiles(boot, level))])
-        same += np.array([a == b for a, b in zip(*verdict_sets)])
-        first += verdict_sets[0]
-        second += verdict_sets[1]
-    keep = pd.Series(same / splits, index=pd.Index([c.key for c in claims], name="claim"),
-                     name="halves agree")
-    return keep, agreement(first, second)
 
 
 def study_values(records, claims):
