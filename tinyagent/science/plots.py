@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.collections import PolyCollection
 
 from ..checks import directory as directory_arg, path as path_arg
-from .report import logged_series
+from .report import logged_series, rounded_table
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
@@ -35,8 +35,8 @@ def use_style():
 
 def rounded(values, decimals=6):
     """`values` as a float64 array rounded to 1e-6: a millionth of a unit is far below a pixel,
-    and it hides the ~1e-9 differences in computed data between machines (+ 0.0: no "-0")."""
-    return np.round(np.asarray(values, dtype=np.float64), decimals) + 0.0
+    and it hides the ~1e-9 differences in computed data between machines (no "-0")."""
+    return rounded_table(np.asarray(values, dtype=np.float64), decimals)
 
 
 def round_plotted_data(fig):
