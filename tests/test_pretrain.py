@@ -119,6 +119,14 @@ def test_main_writes_beside_the_shipped_checkpoint_and_compares(tmp_path, monkey
     assert CHECKPOINT.read_bytes() == shipped and (tmp_path / "rl_base.sha256").exists()
 
 
+def test_main_says_when_a_rebuild_differs_and_refuses_an_agent_that_behaves_otherwise(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rebuild, "build_rl_base", lambda progress: Policy(seed=0))   # untrained
+    with pytest.raises(SystemExit, match="NOT equivalent"):
+        main(["--out", str(tmp_path / "rl_base.pt"), "--attempts", "2"])
+    assert "bytes: differ" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv", [["--out", "{tmp}"], ["--out", "{tmp}/rl_base.sha256"],
                                   ["--replace", "--out", "{tmp}/rl_base.pt"], ["--attempts", "1"]])
 def test_bad_arguments_stop_before_any_training(argv, tmp_path, capsys):
