@@ -31,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import matmul
 from ..arithmetic import PINS, mkl_branch
+from .cache import ROOT
 from .fingerprint import matches
 from ..evaluate import evaluate
 from ..grpo import RLConfig, frozen_copy, train_rl
@@ -38,7 +39,6 @@ from ..policy import load_rl_base
 
 STEPS = 40
 BASELINE = "26560f8"     # the last code whose products ran MKL (before tinyagent/matmul.c)
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def timed_run(seed=0, steps=STEPS):

@@ -22,7 +22,8 @@ import torch
 from ..checks import directory
 from ..files import write_atomically
 
-PACKAGE = Path(__file__).resolve().parents[1]          # tinyagent/
+ROOT = Path(__file__).resolve().parents[2]            # the repository
+PACKAGE = ROOT / "tinyagent"          # tinyagent/
 
 
 def module_path(name):

@@ -25,11 +25,11 @@ from importlib import metadata
 from pathlib import Path
 
 from . import fingerprint as fp
+from .cache import ROOT
 from ..arithmetic import PINS, mkl_branch
 from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
-ROOT = Path(__file__).resolve().parents[2]
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")   # the runs and the fingerprint set their own
 ALIASES = {"DNNL_MAX_CPU_ISA": "ONEDNN_MAX_CPU_ISA"}          # oneDNN's older name for the same setting
 MKL_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3",

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..evaluate import EVAL_SEED, heldout_rollout
+from .cache import ROOT
 from .fingerprint import check_arithmetic
 from ..gym import HELDOUT_TASKS
 from ..kl import entropy
@@ -21,7 +22,7 @@ from ..policy import (RL_BASE_CHECKPOINT as CHECKPOINT, is_shipped_checkpoint, l
 from ..pretrain import build_rl_base
 from ..sampler import token_logprobs
 
-SCRATCH = CHECKPOINT.parents[2] / ".cache" / "pretrain" / "rl_base.pt"   # beside the run cache
+SCRATCH = ROOT / ".cache" / "pretrain" / "rl_base.pt"   # beside the run cache
 ATTEMPTS = 64      # per held-out task: 640 episodes, four times the notebooks' evaluations
 TOLERANCE = 3.0    # equivalent when every metric differs by at most 3 combined standard errors
 

@@ -64,12 +64,17 @@ def worker_fingerprint():
     return _worker_fingerprint
 
 
+def params_sha256(state):
+    """SHA-256 of a policy's parameters in state_dict order: what a recomputation must match."""
+    h = hashlib.sha256()
+    for tensor in state.values():
+        h.update(tensor.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def policy_digest(policy):
     """A short hash of a policy's parameters, to key runs that start from it."""
-    h = hashlib.sha256()
-    for p in policy.state_dict().values():
-        h.update(p.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return params_sha256(policy.state_dict())[:16]
 
 
 def _run_config(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT):

@@ -8,19 +8,19 @@ the plotted data first, so notebooks plot their numbers as they are.
 import io
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.collections import PolyCollection
 
 from ..checks import directory as directory_arg, path as path_arg
+from ..harness.cache import ROOT
 from .report import logged_series, rounded_table
 
 REFERENCE_COLOR = "tab:orange"   # the unregularized run, everywhere
 REFERENCE_STYLE = dict(color=REFERENCE_COLOR, lw=2.0, label="no regularizer")
 PALETTE = ("tab:blue", "tab:green", "tab:purple", "tab:red", "tab:brown", "tab:gray")
-FIGURES = Path(__file__).resolve().parents[2] / "figures"
+FIGURES = ROOT / "figures"
 SUFFIXES = (".png", ".pdf")        # a figure is saved as both
 
 

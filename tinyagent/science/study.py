@@ -27,7 +27,8 @@ from .diagnostics import run_summary
 from .experiments import COMPARISON, STEPS, seeded
 from ..files import write_atomically
 from ..harness.fingerprint import EXPECTED
-from ..harness.runs import CODE_VERSION, PACKAGE, regularized_runs, worker_fingerprint
+from ..harness.runs import (CODE_VERSION, PACKAGE, params_sha256, regularized_runs,
+                            worker_fingerprint)
 from .agents import AGENT_RECORDS, AGENTS, build_agents
 
 PILOT_AGENTS = ("rl_base", "agent_1", "agent_2")    # the pilot's agents, under its arithmetic
@@ -40,14 +41,6 @@ RECORDS = PACKAGE / "data" / "study_runs.jsonl.gz"   # what `make study` compute
 # Data, labelled by each record's code hash and fingerprint: read, never recomputed.
 PILOT = PACKAGE / "data" / "pilot_runs.jsonl.gz"
 DIGITS = 6          # significant digits kept of each logged number (the tables print 3)
-
-
-def params_sha256(state):
-    """SHA-256 of a run's final parameters, in state_dict order: what a recomputation must match."""
-    h = hashlib.sha256()
-    for tensor in state.values():
-        h.update(tensor.contiguous().numpy().tobytes())
-    return h.hexdigest()
 
 
 def _rounded(value):
