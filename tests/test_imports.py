@@ -125,7 +125,8 @@ def test_the_layers_are_the_ones_the_design_names():
         f"science.{m}" for m in ("experiments", "study", "plan", "placement", "report", "book",
                                  "plots", "diagnostics", "pairs", "episodes", "entropy_collapse",
                                  "clip_batches", "agents", "exercises_exact", "exercise_runs",
-                                 "batch_probes", "design_problems", "replication", "plan_parts")}
+                                 "batch_probes", "design_problems", "replication", "plan_parts",
+                                 "book_numbers", "book_status")}
 
 
 def test_the_books_code_imports_neither_the_harness_nor_the_science():

@@ -73,6 +73,14 @@ SECTION_10_6 = {
     "positive_advantage_tokens_below_half": 17,
     "entropy_before": 0.547,
     "entropy_after": {0.2: 0.538, "unbounded": 0.508},
+    # the sentence after the four-case table: cases (of four) that lower the entropy when the
+    # policy is right more often than not
+    "cases_lowering_entropy": 3,
+    # the clip-higher lever's bullet: room a token has before the upper clip binds, at eps 0.2,
+    # by its probability (arithmetic of the bullet's own inputs)
+    "clip_room": {0.9: 0.18, 0.01: 0.002},
+    # quoted in the clip-higher paragraph from Chapter 9: the share of tokens its default clipped
+    "chapter9_clip_fraction": CHAPTER_9["clip_fraction"],
 }
 
 # Section 10.7: the nine 40-step runs. None means the chapter does not print that cell.
@@ -122,6 +130,18 @@ SECTION_10_7_EXTRA = {
     "entropy_start": 0.52,
     "temperature_1.3_training_entropy": (0.78, 0.47),
     "log_vocab": 5.756,
+    # the pass@1/pass@8 bullet: held-out tasks the unregularized run never solved in 16 attempts
+    "none_tasks_never_solved": 2,
+    # the estimator bullet: the per-token KL of the two losses at beta 0.3 ("about 0.1") and the
+    # gradient difference Section 10.3's table puts there ("near 25%")
+    "loss_kl_at_beta_0.3": 0.1,
+    "k3_gradient_gap_at_0.1": 0.25,
+    # the placement bullet: policy tokens per episode that the reward version sums over
+    "policy_tokens_per_episode": (12, 14),
+    # the Evidence paragraph: the noise of a held-out pass@1 difference ("about 0.08"), and the
+    # spread of the default run over three seeds it quotes from Chapter 9
+    "pass1_noise": 0.08,
+    "chapter9_heldout_pass1_three_seeds": CHAPTER_9["heldout_pass1_step_40_three_seeds"],
 }
 
 SECTION_10_8 = {
@@ -139,5 +159,18 @@ SECTION_10_8 = {
     "reset": {
         "anchored": dict(kl_to_reference=0.18, entropy=None, **{"pass@1": 0.731}, distinct=6.0),
         "reset": dict(kl_to_reference=0.029, entropy=0.135, **{"pass@1": 0.787}, distinct=4.6),
+    },
+    # Problem 2's paragraph: policy tokens per episode, the loss/reward scale factor ("about 13")
+    "policy_tokens_per_episode": 13,
+    # Problem 3's closing sentence: TinyAgent's parameter count ("157k")
+    "parameters": 157_000,
+    # numbers 10.8 prints again from Chapter 9 and 10.7 (their status is their source's)
+    "quoted": {
+        "chapter 9: entropy at step 80": CHAPTER_9["entropy_step_80"],
+        "chapter 9: base reads per episode": CHAPTER_9["base_reads_per_episode"],
+        "10.7: none kl_to_ref": SECTION_10_7["none"]["kl_to_ref"],
+        "10.7: k3+ beta=1.0 reads": SECTION_10_7["k3+ beta=1.0"]["reads"],
+        "10.7: k3+ beta=1.0 pass@1": SECTION_10_7["k3+ beta=1.0"]["pass@1"],
+        "10.7: none tasks never solved": SECTION_10_7_EXTRA["none_tasks_never_solved"],
     },
 }

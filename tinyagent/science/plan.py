@@ -242,3 +242,16 @@ def table(claims, values_by_agent, live=None):
         out["live, k of n"] = (live["holds in"].astype(str) + " of "
                                + live["of seeds"].astype(str)).reindex(out.index)
     return out.drop(columns=["unstable"] if not out["unstable"].any() else [])
+
+
+AFTER_DRAW = "scored after the draw (not in the declared plan)"
+
+
+def after_draw_table(records, claims):
+    """Claims the plan never declared, scored on a study's records by its rule (per-run
+    frequencies at the plan's family-wise level) and labelled as scored after the draw: a number
+    that existed before its test was chosen is not a test of the plan."""
+    scored = [ScoredClaim(c.key, "per-run frequency", (share_part(c),), "summary") for c in claims]
+    out = table(scored, study_values(records, scored))
+    out.insert(0, "scored", AFTER_DRAW)
+    return out
