@@ -108,8 +108,8 @@ TRAINED_NOTEBOOKS := $(filter-out $(EXACT_NOTEBOOKS),$(NOTEBOOKS))
 test: $(STAMP)
 	-@$(BIN)/python -m tinyagent.harness.doctor --quiet-if-ok
 	@if [ -n "$$STRICT" ] || $(BIN)/python -m tinyagent.harness.contract; then \
-	  echo "$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks"; \
-	  $(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env notebooks; \
+	  echo "$(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env --durations=12 notebooks"; \
+	  $(BIN)/pytest -n 2 --dist loadfile tests --nbval --nbval-current-env --durations=12 notebooks; \
 	else \
 	  $(BIN)/pytest -n 2 --dist loadfile tests $(EXACT_NOTEBOOKS) --nbval --nbval-current-env && \
 	  $(BIN)/pytest -n 2 --dist loadfile $(TRAINED_NOTEBOOKS) --nbval-lax --nbval-current-env && \
