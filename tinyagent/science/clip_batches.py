@@ -199,14 +199,6 @@ def momentum_trajectory(batch):
 
 # ------------------------------------------------------------------ over the ten batches
 
-def over_batches(batches):
-    """Per eps_high, median and range over the batches of the counts, the entropy and P(read)."""
-    per_batch = {LABEL[eps]: [b[eps] for b in batches] for eps in EPS_HIGHS}
-    return over_seeds(per_batch, {"above 1+eps_high": 0, "of which started < 0.5": 0,
-                                  "share started < 0.5": 2, "entropy after": 3,
-                                  "P(read) opening": 2}, index_name="eps_high")
-
-
 def book_ordering(b):
     """The book's entropy ordering on one batch (the tighter the clip, the more entropy kept), at
     the book's three decimals."""
