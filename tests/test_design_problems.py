@@ -111,8 +111,9 @@ def test_reset_tables_read_the_reference_in_force_and_count_the_books_direction(
     assert seed0.loc["reset +20", ("kl_from_base", "ours")] == 0.25
     assert seed0.loc["reset +20", ("kl_to_reference", "book")] == 0.029
     paired = D.reset_paired(resets)
-    assert paired.loc["kl_to_reference", "seeds as in the book"] == 2       # 0.2 > 0.18 at seed 1
-    assert paired.loc["pass@1", "seeds as in the book"] == 2                # 0.6 < 0.73 at seed 2
+    direction = "seeds in the book's direction"
+    assert paired.loc["kl_to_reference", direction] == 2                  # 0.2 > 0.18 at seed 1
+    assert paired.loc["pass@1", direction] == 2                           # 0.6 < 0.73 at seed 2
     assert paired.loc["pass@1", "book"] == round(0.787 - 0.731, 3)
     assert math.isnan(paired.loc["entropy", "book"])                       # no anchored entropy
     assert D.reset_table(r, resets).loc["reset +20", ("kl_to_reference", "max")] == 0.2

@@ -245,7 +245,7 @@ def reset_table(runs, resets, seed=None):
 def reset_paired(resets, columns=("kl_to_reference", "entropy", "pass@1", "distinct")):
     """Reset minus anchored, seed by seed, with the mean and range, the book's one-seed
     difference, and at how many seeds the difference goes the book's way (pass@1 up, the others
-    down)."""
+    down; for the entropy, whose anchored value the book does not print, the way its words give)."""
     paired = {}
     for col in columns:
         diff = paired_differences([reset_row(pair["reset"])[col] for pair in resets],
@@ -255,7 +255,8 @@ def reset_paired(resets, columns=("kl_to_reference", "entropy", "pass@1", "disti
         paired[col] = {**{f"seed {s}": d for s, d in zip(SEEDS, diff["per_seed"])},
                        "mean": diff["mean"], "min": diff["min"], "max": diff["max"],
                        "book": None if book_a is None or book_r is None else book_r - book_a,
-                       "seeds as in the book": diff["a_above_b"] if col == "pass@1" else below}
+                       "seeds in the book's direction":
+                           diff["a_above_b"] if col == "pass@1" else below}
     return pd.DataFrame(paired).T.astype(float).round(3).rename_axis("reset - anchored")
 
 
