@@ -50,3 +50,12 @@ def test_tuples_are_named_and_none_is_skipped():
     assert "table / none / reads" not in entries          # the chapter prints no reads for none
     with pytest.raises(ValueError):
         book_entries("10.9")
+
+
+def test_beta1_pass8_is_outside_by_a_gap_three_decimals_hide(records):
+    # The table prints book 0.900 and our 5% point 0.900 with inside False; the why string says
+    # the 5% point is 0.9002. That is a real gap of the quantile, not float rounding of 0.9.
+    row = book_numbers("10.7", records).loc["table / k3+ beta=1.0 / pass@8"]
+    assert row["book"] < row["our 5%"] < row["book"] + 0.0005
+    assert row["inside"] is False and round(row["our 5%"], 4) == 0.9002
+    assert "0.9002" in row["why"]

@@ -101,18 +101,25 @@ STATUS = {
         ("entropy 0.1", "pass@8"), ("entropy 0.1", "malformed"), ("temperature 1.3", "kl_to_ref"),
         ("temperature 1.3", "malformed"))},
     **{f"10.7: {T}{s} / {c}": Status(E, CHECKPOINT, column(s, c)) for s, c in (
-        ("k3+ beta=0.3", "pass@1"), ("k3+ beta=1.0", "pass@8"), ("reward beta=0.3", "pass@1"))},
-    f"10.7: {T}k3+ beta=0.3 / distinct": Status(O, "above every run of ours; the chapter's "
-                                                "'doubled' is scored after the draw (the table "
-                                                "beside the verdicts); why is not measured",
+        ("k3+ beta=0.3", "pass@1"), ("reward beta=0.3", "pass@1"))},
+    f"10.7: {T}k3+ beta=1.0 / pass@8": Status(E, CHECKPOINT + "; our 5% point is 0.9002, above the "
+                                              "book's 0.900 by 0.0002, which three decimals hide",
+                                              column("k3+ beta=1.0", "pass@8")),
+    f"10.7: {T}k3+ beta=0.3 / distinct": Status(O, "above our 95% point and outside every "
+                                                "agent's own central 90% (this table); in the "
+                                                "pilot it lies inside, at the 90th percentile (the "
+                                                "placement table above); the chapter's 'doubled' "
+                                                "is scored after the draw; why is not measured",
                                                 column("k3+ beta=0.3", "distinct")),
     f"10.7: {T}none / malformed": Status(H, "the book's gym or base agent writes fewer malformed "
                                          "calls; our log-reading tasks hold most of ours (the "
                                          "malformed patterns above); the base agent's malformed "
                                          "rate in the book would decide it", column("none", "malformed")),
-    **{f"10.7: {T}{s} / pass@8": Status(E, "1.0 and 0.99 mean every or nearly every task of ten "
-                                        "solved once; our top runs do that (percentile column)",
-                                        column(s, "pass@8")) for s in ("k3+ beta=0.05", "k3+ beta=0.3")},
+    **{f"10.7: {T}{s} / pass@8": Status(E, "pass@8 cannot exceed 1.0, and the book's value "
+                                        "lies between our 95% point (this table) and 1.0, where "
+                                        f"our best 5% of runs lie; the pilot puts it at its {p}th "
+                                        "percentile (the placement table above)", column(s, "pass@8"))
+       for s, p in (("k3+ beta=0.05", 100), ("k3+ beta=0.3", 98))},
     **{f"10.7: {T}k3+ beta=1.0 / {c}": Status(H, "the book's base agent starts at higher entropy "
                                               "(0.52) and a run held near its start keeps it; our "
                                               "pass@1 there comes from the episodes that read "
@@ -148,8 +155,10 @@ STATUS = {
     "10.7: chapter9_heldout_pass1_three_seeds / high": Status(M, "inside our central 90%",
                                                               column("none", "pass@1")),
     # ---- 10.8: histories and KL logs (the fresh draw's logged curves measure them)
-    "10.8: history / none / 0 / entropy": Status(O, BASE_START + "; the book prints 0.52 for the "
-                                                 "same run in 10.7", logged("none", 0, "entropy")),
+    "10.8: history / none / 0 / entropy": Status(O, BASE_START + "; the book's 10.7 table starts "
+                                                 "its unregularized run at 0.52, and the chapter "
+                                                 "does not say whether 0.52 and 0.56 come from one "
+                                                 "run", logged("none", 0, "entropy")),
     **{f"10.8: history / {s} / {step} / {name}": Status(M, "inside our central 90%",
                                                         logged(s, step, key))
        for s, step, name, key in (
@@ -176,9 +185,11 @@ STATUS = {
                       ("anchored", "distinct"), ("reset", "kl_to_reference"), ("reset", "pass@1"))},
     "10.8: reset / reset / entropy": Status(O, "above the book's at every seed; not measured why",
                                             where="10.8, the reset table over seeds"),
-    "10.8: reset / reset / distinct": Status(O, "below the book's at every seed, spellings merged "
-                                             "or apart; not measured why",
-                                             where="10.8, the reset and spellings tables"),
+    "10.8: reset / reset / distinct": Status(O, "ours is below the book's at every seed with "
+                                             "spellings merged (the reset table over seeds) and "
+                                             "above it with spellings apart (the spellings table); "
+                                             "the book does not say which it counts; why ours "
+                                             "differs is not measured", where="10.8"),
     "10.8: policy_tokens_per_episode": Status(alias="10.7: policy_tokens_per_episode / high"),
     "10.8: parameters": Status(O, "ours 154,756; which layer the book counts differently is not "
                                "known", where="10.8, the model-size line"),
