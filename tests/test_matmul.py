@@ -8,9 +8,10 @@ from tinyagent.matmul import linear, matmul, use_path
 from tinyagent.policy import Policy
 
 GEN = torch.Generator().manual_seed(0)
-# shapes that exercise the 6-row x 16-column blocks, the 8-column blocks and every remainder
+# shapes that exercise the 6-row x 16-column and 8-row x 32-column blocks, the narrower ones,
+# every remainder, and K across the kernel's chunks of 256
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 11, 16), (13, 66, 198), (37, 264, 66), (70, 66, 316),
-          (198, 300, 66)]
+          (198, 300, 66), (17, 777, 40)]
 
 
 def sequential_fma(a, b):
@@ -40,12 +41,14 @@ def test_bits_do_not_depend_on_blocking(m, k, n):
                for j in range(n))
 
 
-@pytest.mark.parametrize("path", ["scalar", "avx2"])
-def test_every_path_gives_the_same_bits(path):
-    """The scalar definition and 8-wide vectors: one result (where the build has the path;
-    elsewhere the kernel says which one it took)."""
-    a = torch.randn(2, 3, 41, 66, generator=GEN).transpose(2, 3)        # strided A
-    b = torch.randn(2, 3, 41, 70, generator=GEN)
+@pytest.mark.parametrize("path", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("k", [41, 600])
+def test_every_path_gives_the_same_bits(path, k):
+    """The scalar definition, 8-wide and 16-wide vectors: one result (where the build and the CPU
+    have the path; elsewhere the kernel says which one it took), for a K inside one of the
+    kernel's chunks of k and for one across three."""
+    a = torch.randn(2, 3, k, 66, generator=GEN).transpose(2, 3)         # strided A
+    b = torch.randn(2, 3, k, 70, generator=GEN)
     fastest = matmul(a, b)
     try:
         taken = use_path(path)

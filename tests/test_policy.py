@@ -22,6 +22,36 @@ def test_float32_and_cached_steps_equal_full_forward():
     assert torch.allclose(full, steps, atol=1e-5, rtol=0)          # float32 rounding
 
 
+def test_fixed_weights_change_no_bit_and_stop_no_gradient():
+    """Inside `fixed_weights` the linear layers read their weights from copies transposed once:
+    the same bits as the products that transpose at every call, gradients still reach the
+    weights, and the copies are gone afterwards."""
+    policy = Policy(seed=1)
+    idx = torch.randint(0, policy.cfg.vocab_size, (4, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = policy(idx)
+        with policy.fixed_weights():
+            fixed = policy(idx)
+            cache = policy.new_cache(4, 30)
+            stepped = torch.stack([policy.step(idx[:, t], t, cache) for t in range(30)], dim=1)
+        cache = policy.new_cache(4, 30)
+        stepped_plain = torch.stack([policy.step(idx[:, t], t, cache) for t in range(30)], dim=1)
+    assert torch.equal(fixed, plain) and torch.equal(stepped, stepped_plain)
+    with policy.fixed_weights():
+        policy(idx).sum().backward()
+    assert policy.head.weight.grad is not None and policy.head.weight.grad.abs().sum() > 0
+    assert policy.head.rows is None
+
+
+def test_a_cache_shorter_than_the_sequence_is_refused():
+    policy = Policy()
+    cache = policy.new_cache(2, 5)
+    with pytest.raises(ValueError, match="the cache's 5 positions"):
+        policy.prefill(torch.zeros(2, 6, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match="length"):
+        policy.new_cache(2, 0)
+
+
 def test_too_long_sequence_is_refused():
     policy = Policy()
     with pytest.raises(ValueError, match="block_size"):

@@ -66,8 +66,9 @@ def test_prefill_fills_the_cache_as_one_token_steps_do():
         for pos in range(13):
             logits_b = policy.step(prompt[:, pos], pos, cache_b)
     torch.testing.assert_close(logits_a, logits_b, atol=1e-5, rtol=0)
-    for (ka, va), (kb, vb) in zip(cache_a, cache_b):
-        torch.testing.assert_close(ka[:, :, :13], kb[:, :, :13], atol=1e-5, rtol=0)
+    for (ka, va), (kb, vb) in zip(cache_a, cache_b):      # keys (B, nh, hs, L), values (B, nh, L, hs)
+        torch.testing.assert_close(ka[..., :13], kb[..., :13], atol=1e-5, rtol=0)
+        torch.testing.assert_close(va[:, :, :13], vb[:, :, :13], atol=1e-5, rtol=0)
 
 
 def test_inverse_cdf_sampling_follows_the_distribution():

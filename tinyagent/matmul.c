@@ -2,36 +2,44 @@
 
    C = A @ B for float32 (M, K) @ (K, N), batched over two leading dimensions. Every element is
    summed over k in order, c = fmaf(a[i][k], b[k][j], c) for k = 0 .. K-1 from c = 0, whatever the
-   shapes, the blocking, the vector width or the CPU: the AVX2 and the scalar path round
+   shapes, the blocking, the vector width or the CPU: the AVX-512, AVX2 and scalar paths round
    alike (a fused multiply-add is rounded once, exactly as IEEE 754 says), so the bits depend on
    the operands alone. BLAS libraries choose their blocking and kernels by the CPU they find; this
-   code chooses only how fast it goes. A is read through any strides (its elements are broadcast
-   one at a time), B through any strides (a B whose columns are not adjacent, such as a transposed
-   weight, is first copied into rows here, which moves numbers and rounds nothing), C is
-   contiguous.
+   code chooses only how fast it goes. It walks k in chunks of KCHUNK, storing each element's
+   partial sum in C between chunks and loading it back (a float32 stored and loaded is the same
+   float32), so that a long reduction, such as a weight gradient summed over every token of an
+   SFT batch, finds its chunk of B in the cache.
+   A is read through any strides (its elements are broadcast one at a time), B through any strides
+   (a B whose columns are not adjacent, such as a transposed weight, is first copied into rows
+   here, which moves numbers and rounds nothing), C is contiguous.
    Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/matmul.py. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+
+#define KCHUNK 256
 
 typedef struct {
     int M, N, K;
     const float *A; ptrdiff_t sam, sak;    /* A[i][k] = A[i * sam + k * sak] */
     const float *B; ptrdiff_t sbk;         /* B[k][j] = B[k * sbk + j] */
     float *C;                              /* C[i][j] = C[i * N + j] */
+    int k0, k1;                            /* this pass adds k0 .. k1-1 to what C holds */
 } product;
 
 #define A_(p, i, k) ((p)->A[(ptrdiff_t)(i) * (p)->sam + (ptrdiff_t)(k) * (p)->sak])
 #define B_(p, k, j) ((p)->B + (ptrdiff_t)(k) * (p)->sbk + (j))
+#define C_(p, i, j) ((p)->C + (size_t)(i) * (p)->N + (j))
 
-/* One element from column j on, the definition itself. */
-static void scalar_columns(const product *p, int i, int j)
+/* The definition itself, element by element. */
+static void scalar_product(const product *p)
 {
-    for (; j < p->N; j++) {
-        float c = 0.0f;
-        for (int k = 0; k < p->K; k++) c = fmaf(A_(p, i, k), *B_(p, k, j), c);
-        p->C[(size_t)i * p->N + j] = c;
-    }
+    for (int i = 0; i < p->M; i++)
+        for (int j = 0; j < p->N; j++) {
+            float c = p->k0 ? *C_(p, i, j) : 0.0f;
+            for (int k = p->k0; k < p->k1; k++) c = fmaf(A_(p, i, k), *B_(p, k, j), c);
+            *C_(p, i, j) = c;
+        }
 }
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -41,23 +49,24 @@ static void scalar_columns(const product *p, int i, int j)
 /* Rows i .. i+ROWS-1, columns j .. j+15: the full block, its 12 accumulators in registers. */
 static void avx2_full_block(const product *p, int i, int j)
 {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    const float *a = &A_(p, i, 0);
-    for (int k = 0; k < p->K; k++, a += p->sak) {
-        __m256 b0 = _mm256_loadu_ps(B_(p, k, j)), b1 = _mm256_loadu_ps(B_(p, k, j + 8)), x;
-        x = _mm256_set1_ps(a[0]);          c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_set1_ps(a[p->sam]);     c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_set1_ps(a[2 * p->sam]); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_set1_ps(a[3 * p->sam]); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_set1_ps(a[4 * p->sam]); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_set1_ps(a[5 * p->sam]); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
-    }
-    float *c = p->C + (size_t)i * p->N + j;
-    __m256 out[ROWS][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    __m256 c0[ROWS], c1[ROWS];
     for (int r = 0; r < ROWS; r++) {
-        _mm256_storeu_ps(c + (size_t)r * p->N, out[r][0]);
-        _mm256_storeu_ps(c + (size_t)r * p->N + 8, out[r][1]);
+        c0[r] = p->k0 ? _mm256_loadu_ps(C_(p, i + r, j)) : _mm256_setzero_ps();
+        c1[r] = p->k0 ? _mm256_loadu_ps(C_(p, i + r, j + 8)) : _mm256_setzero_ps();
+    }
+    const float *a = &A_(p, i, p->k0);
+    for (int k = p->k0; k < p->k1; k++, a += p->sak) {
+        __m256 b0 = _mm256_loadu_ps(B_(p, k, j)), b1 = _mm256_loadu_ps(B_(p, k, j + 8));
+#pragma GCC unroll 6
+        for (int r = 0; r < ROWS; r++) {
+            __m256 x = _mm256_set1_ps(a[r * p->sam]);
+            c0[r] = _mm256_fmadd_ps(x, b0, c0[r]);
+            c1[r] = _mm256_fmadd_ps(x, b1, c1[r]);
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        _mm256_storeu_ps(C_(p, i + r, j), c0[r]);
+        _mm256_storeu_ps(C_(p, i + r, j + 8), c1[r]);
     }
 }
 
@@ -65,31 +74,32 @@ static void avx2_full_block(const product *p, int i, int j)
 static void avx2_edge_block(const product *p, int i, int rows, int j)
 {
     __m256 c[ROWS];
-    for (int r = 0; r < rows; r++) c[r] = _mm256_setzero_ps();
-    for (int k = 0; k < p->K; k++) {
+    for (int r = 0; r < rows; r++)
+        c[r] = p->k0 ? _mm256_loadu_ps(C_(p, i + r, j)) : _mm256_setzero_ps();
+    for (int k = p->k0; k < p->k1; k++) {
         __m256 b0 = _mm256_loadu_ps(B_(p, k, j));
         for (int r = 0; r < rows; r++)
             c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
     }
-    for (int r = 0; r < rows; r++) _mm256_storeu_ps(p->C + (size_t)(i + r) * p->N + j, c[r]);
+    for (int r = 0; r < rows; r++) _mm256_storeu_ps(C_(p, i + r, j), c[r]);
 }
 
 /* Rows i .. i+rows-1, the last N - j < 8 columns: lanes past the last column load zeros and are
-   not stored, and each stored lane is summed as every other element is. (The policy's widths,
-   66 and head size 11, end in such columns; computed one at a time they cost as much as the
-   rest of the product.) */
+   not stored. (The policy's widths, 66 and head size 11, end in such columns; computed one at a
+   time they cost as much as the rest of the product.) */
 static void avx2_last_columns(const product *p, int i, int rows, int j)
 {
     __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->N - j),
                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256 c[ROWS];
-    for (int r = 0; r < rows; r++) c[r] = _mm256_setzero_ps();
-    for (int k = 0; k < p->K; k++) {
+    for (int r = 0; r < rows; r++)
+        c[r] = p->k0 ? _mm256_maskload_ps(C_(p, i + r, j), mask) : _mm256_setzero_ps();
+    for (int k = p->k0; k < p->k1; k++) {
         __m256 b0 = _mm256_maskload_ps(B_(p, k, j), mask);
         for (int r = 0; r < rows; r++)
             c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
     }
-    for (int r = 0; r < rows; r++) _mm256_maskstore_ps(p->C + (size_t)(i + r) * p->N + j, mask, c[r]);
+    for (int r = 0; r < rows; r++) _mm256_maskstore_ps(C_(p, i + r, j), mask, c[r]);
 }
 
 static void avx2_product(const product *p)
@@ -102,26 +112,92 @@ static void avx2_product(const product *p)
         if (j < p->N) avx2_last_columns(p, i, rows, j);
     }
 }
-#endif
 
-static void scalar_product(const product *p)
+/* The same blocks 16 lanes wide, for CPUs with AVX-512 (chosen when the program runs, so one
+   build serves both). */
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define ROWS16 8
+
+/* Rows i .. i+ROWS16-1, columns j .. j+31: 16 accumulators in registers. */
+AVX512 static void avx512_full_block(const product *p, int i, int j)
 {
-    for (int i = 0; i < p->M; i++) scalar_columns(p, i, 0);
+    __m512 c0[ROWS16], c1[ROWS16];
+    for (int r = 0; r < ROWS16; r++) {
+        c0[r] = p->k0 ? _mm512_loadu_ps(C_(p, i + r, j)) : _mm512_setzero_ps();
+        c1[r] = p->k0 ? _mm512_loadu_ps(C_(p, i + r, j + 16)) : _mm512_setzero_ps();
+    }
+    const float *a = &A_(p, i, p->k0);
+    for (int k = p->k0; k < p->k1; k++, a += p->sak) {
+        __m512 b0 = _mm512_loadu_ps(B_(p, k, j)), b1 = _mm512_loadu_ps(B_(p, k, j + 16));
+#pragma GCC unroll 8
+        for (int r = 0; r < ROWS16; r++) {
+            __m512 x = _mm512_set1_ps(a[r * p->sam]);
+            c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+        }
+    }
+    for (int r = 0; r < ROWS16; r++) {
+        _mm512_storeu_ps(C_(p, i + r, j), c0[r]);
+        _mm512_storeu_ps(C_(p, i + r, j + 16), c1[r]);
+    }
 }
 
-/* Which path computes: 0 the fastest built, 1 scalar, 2 AVX2 (for the tests, which show that
-   both give the same bits). Returns the path in force. */
+/* Rows i .. i+rows-1 (rows <= ROWS16), the 16 columns from j that `mask` keeps. */
+AVX512 static void avx512_edge_block(const product *p, int i, int rows, int j, __mmask16 mask)
+{
+    __m512 c[ROWS16];
+    for (int r = 0; r < rows; r++)
+        c[r] = p->k0 ? _mm512_maskz_loadu_ps(mask, C_(p, i + r, j)) : _mm512_setzero_ps();
+    for (int k = p->k0; k < p->k1; k++) {
+        __m512 b0 = _mm512_maskz_loadu_ps(mask, B_(p, k, j));
+        for (int r = 0; r < rows; r++)
+            c[r] = _mm512_fmadd_ps(_mm512_set1_ps(A_(p, i + r, k)), b0, c[r]);
+    }
+    for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(C_(p, i + r, j), mask, c[r]);
+}
+
+AVX512 static void avx512_product(const product *p)
+{
+    for (int i = 0; i < p->M; i += ROWS16) {
+        int rows = p->M - i < ROWS16 ? p->M - i : ROWS16, j = 0;
+        if (rows == ROWS16)
+            for (; j + 32 <= p->N; j += 32) avx512_full_block(p, i, j);
+        for (; j < p->N; j += 16)
+            avx512_edge_block(p, i, rows, j,
+                              p->N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (p->N - j)) - 1));
+    }
+}
+#endif
+
+/* Which path computes: 0 the fastest this CPU runs, 1 scalar, 2 AVX2, 3 AVX-512 (for the tests,
+   which show that all give the same bits). Returns the path in force: the one asked for, or the
+   fastest this build and CPU have below it. */
 static int forced = 0;
 
 int tiny_matmul_path(int path)
 {
     forced = path;
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
-    return forced == 1 ? 1 : 2;
+    int best = __builtin_cpu_supports("avx512f") ? 3 : 2;
+    return forced == 0 || forced > best ? best : forced;
 #else
     return 1;
 #endif
 }
+
+/* One product, k in chunks, on one path. */
+static void compute(product p, int path)
+{
+    for (p.k0 = 0; p.k0 == 0 || p.k0 < p.K; p.k0 += KCHUNK) {
+        p.k1 = p.K - p.k0 < KCHUNK ? p.K : p.k0 + KCHUNK;
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+        if (path == 3) { avx512_product(&p); continue; }
+        if (path == 2) { avx2_product(&p); continue; }
+#endif
+        scalar_product(&p);
+    }
+}
+
 
 /* B[k][j] = B[k * sbk + j * sbn] copied into rows of N adjacent floats, so that they load as
    vectors. Copying changes no value, so the product's bits are the same as from adjacent rows. */
@@ -145,11 +221,8 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
             const float *b = B + b1 * sb1 + b2 * sb2;
             product p = {M, N, K, A + b1 * sa1 + b2 * sa2, sam, sak,
                          rows ? as_rows(b, sbk, sbn, K, N, rows) : b, rows ? N : sbk,
-                         C + ((size_t)b1 * nb2 + b2) * M * N};
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
-            if (path == 2) { avx2_product(&p); continue; }
-#endif
-            scalar_product(&p);
+                         C + ((size_t)b1 * nb2 + b2) * M * N, 0, 0};
+            compute(p, path);
         }
     free(rows);
     return 0;

@@ -30,12 +30,13 @@ def _load_kernel():
 
 
 _lib = _load_kernel()
-PATHS = {"fastest": 0, "scalar": 1, "avx2": 2}
+PATHS = {"fastest": 0, "scalar": 1, "avx2": 2, "avx512": 3}
 
 
 def use_path(name):
-    """Make the kernel compute on one path ("scalar", "avx2", or "fastest", the default) and
-    return the one in force: both give the same bits, which the tests show this way."""
+    """Make the kernel compute on one path ("scalar", "avx2", "avx512", or "fastest", the default)
+    and return the one in force (a path this CPU lacks falls back to the fastest it has): all
+    give the same bits, which the tests show this way."""
     in_force = _lib.tiny_matmul_path(PATHS[name])
     return next(n for n, code in PATHS.items() if code == in_force)
 

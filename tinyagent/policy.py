@@ -5,11 +5,13 @@ The model never imports the gym: it maps token ids to next-token logits, nothing
 Its matrix products go through `matmul` (the same bits on any CPU) and its GELU is written
 from erf, so no library that chooses its code by the CPU computes a run.
 """
+import functools
 import hashlib
 import io
 import math
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,9 +47,12 @@ class PolicyConfig:
 
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state_dict) computed through `matmul`."""
+    rows = None     # the weight transposed into rows, while `Policy.fixed_weights` holds them
 
     def forward(self, x):
-        return linear(x, self.weight, self.bias)
+        if self.rows is None or torch.is_grad_enabled():
+            return linear(x, self.weight, self.bias)
+        return matmul(x, self.rows) + self.bias
 
 
 def gelu(x):
@@ -73,9 +78,10 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             if pos > 0 and T > 1:
                 raise ValueError("the cache takes a prefix at position 0 or one token at a time")
-            cache[0][:, :, pos:pos + T] = k
-            cache[1][:, :, pos:pos + T] = v
-            k, v = cache[0][:, :, :pos + T], cache[1][:, :, :pos + T]  # (B, nh, pos+T, hs)
+            keys, values = cache                                     # keys stored as kᵀ
+            keys[..., pos:pos + T] = k.transpose(2, 3)
+            values[:, :, pos:pos + T] = v
+            k, v = keys[..., :pos + T].transpose(2, 3), values[:, :, :pos + T]  # (B, nh, pos+T, hs)
         y = self.attend(q, k, v, causal=T > 1)                        # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
         return self.proj(y)
@@ -86,9 +92,15 @@ class CausalSelfAttention(nn.Module):
         future of a prefix (T = L)."""
         att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, L)
         if causal:
-            T = q.shape[2]
-            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            att = att.masked_fill(_future(q.shape[2]), float("-inf"))
         return matmul(F.softmax(att, dim=-1), v)                      # (B, nh, T, hs)
+
+
+@functools.lru_cache(maxsize=None)
+def _future(T):
+    """The (T, T) mask of the positions after each one, which causal attention hides (made once
+    per length)."""
+    return torch.ones(T, T, dtype=torch.bool).triu(1)
 
 
 class MLP(nn.Module):
@@ -148,6 +160,9 @@ class Policy(nn.Module):
         B, T = idx.shape
         if pos + T > self.cfg.block_size:
             raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
+        if cache is not None and pos + T > cache[0][0].shape[-1]:
+            raise ValueError(f"sequence length {pos + T} exceeds the cache's "
+                             f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
@@ -156,14 +171,17 @@ class Policy(nn.Module):
     def forward(self, idx):
         return self.head(self.features(idx))                         # (B, T, V)
 
-    def new_cache(self, batch_size):
-        """Preallocated keys and values for incremental decoding: per layer (k, v),
-        each (B, nh, block_size, hs), in the parameters' precision. Left uninitialized:
+    def new_cache(self, batch_size, length=None):
+        """Preallocated keys and values for incremental decoding of up to `length` positions
+        (default block_size): per layer (keys, values) in the parameters' precision, the values
+        (B, nh, length, hs) and the keys transposed, (B, nh, hs, length), so that q kᵀ reads them
+        by rows, as the matrix kernel wants, with no copy per token. Left uninitialized:
         attention reads only the positions already written."""
-        c = self.cfg
-        shape = (batch_size, c.n_head, c.block_size, c.n_embd // c.n_head)
+        c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
+        length = c.block_size if length is None else min(positive_int("length", length), c.block_size)
         dtype = self.head.weight.dtype
-        return [(torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
+        return [(torch.empty(batch_size, c.n_head, hs, length, dtype=dtype),
+                 torch.empty(batch_size, c.n_head, length, hs, dtype=dtype))
                 for _ in range(c.n_layer)]
 
     def prefill(self, idx, cache):
@@ -174,6 +192,21 @@ class Policy(nn.Module):
     def step(self, tokens, pos, cache):
         """Logits (B, V) after feeding one token per sequence (B,) at position `pos`."""
         return self.head(self.features(tokens[:, None], cache, pos)[:, 0])   # (B, V)
+
+    @contextmanager
+    def fixed_weights(self):
+        """For a pass that leaves the weights alone (a rollout): each linear layer transposes its
+        weight into rows once, not at every product, since the kernel reads its second operand
+        by rows. A copy rounds nothing, so the bits are the same; only products without a
+        gradient read the copies, so a gradient still reaches the weights."""
+        layers = [m for m in self.modules() if isinstance(m, Linear) and m.rows is None]
+        for layer in layers:
+            layer.rows = layer.weight.detach().t().contiguous()
+        try:
+            yield self
+        finally:
+            for layer in layers:
+                layer.rows = None
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

@@ -76,6 +76,11 @@ def rollout(policy, tasks, gen, temperature=1.0):
         raise ValueError("rollout needs at least one task")
     for task in tasks:
         instance("each task", task, Task)
+    with policy.fixed_weights():
+        return _rollout(policy, tasks, gen, temperature)
+
+
+def _rollout(policy, tasks, gen, temperature):
     episodes = [Episode.start(task, gen) for task in tasks]
     B, max_len = len(episodes), policy.cfg.block_size
     rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far

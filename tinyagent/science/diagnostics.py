@@ -92,7 +92,7 @@ def first_call_distribution(policy, episodes):
     do (`read` and `cat` alike, a name by its role in the task) gives the decision the reward
     sees; its KL is a lower bound on the KL between the two policies' whole first calls."""
     P, L = len(episodes), len(episodes[0].prompt())          # every prompt has the same length
-    cache = [(k[:, :, :L + 3], v[:, :, :L + 3]) for k, v in policy.new_cache(P)]
+    cache = policy.new_cache(P, L + 3)
     prompts = torch.tensor([e.prompt() for e in episodes])                     # (P, L)
     opened = F.log_softmax(policy.prefill(prompts, cache), -1)[:, CALL]        # (P,)
     verb_logp = F.log_softmax(policy.step(torch.full((P,), CALL), L, cache), -1)   # (P, V)
