@@ -67,7 +67,6 @@ def draw_uniforms(n, gen):
     return torch.rand(n, 1, generator=gen, dtype=torch.float64)
 
 
-@torch.no_grad()
 def rollout(policy, tasks, gen, temperature=1.0):
     """Run one episode per task in `tasks` (repeat a task for a group of attempts)."""
     check_temperature("temperature", temperature)
@@ -76,12 +75,27 @@ def rollout(policy, tasks, gen, temperature=1.0):
         raise ValueError("rollout needs at least one task")
     for task in tasks:
         instance("each task", task, Task)
-    with policy.fixed_weights():
-        return _rollout(policy, tasks, gen, temperature)
-
-
-def _rollout(policy, tasks, gen, temperature):
     episodes = [Episode.start(task, gen) for task in tasks]
+    # Inference mode: no autograd bookkeeping for the ~70 small operators of every position.
+    with torch.inference_mode(), policy.fixed_weights():
+        rows, sampled_at = _decode(policy, episodes, gen, temperature)
+    check_complete(episodes, policy.cfg.block_size)
+    width = max(len(row) for row in rows)
+    tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
+    policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
+    logp = torch.zeros(tokens.shape, dtype=torch.float64)
+    for i, pairs in enumerate(sampled_at):
+        if pairs:
+            where, values = zip(*pairs)
+            policy_mask[i, list(where)] = True
+            logp[i, list(where)] = torch.tensor(values, dtype=torch.float64)
+    rewards = torch.tensor([ep.reward for ep in episodes], dtype=torch.float64)
+    return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
+
+
+def _decode(policy, episodes, gen, temperature):
+    """The episodes played to their end: each one's tokens (a list per episode) and the
+    (position, log-prob) of every token the policy sampled."""
     B, max_len = len(episodes), policy.cfg.block_size
     rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far
     P = len(rows[0])                                      # every prompt has the same length
@@ -116,18 +130,7 @@ def _rollout(policy, tasks, gen, temperature):
         current = torch.tensor([rows[i][pos + 1] for i in running])
         logits = policy.step(current, pos + 1, cache).double()                 # (B', V)
         check_logits(logits, pos + 2)
-    check_complete(episodes, max_len)
-    width = max(len(row) for row in rows)
-    tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
-    policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
-    logp = torch.zeros(tokens.shape, dtype=torch.float64)
-    for i, pairs in enumerate(sampled_at):
-        if pairs:
-            where, values = zip(*pairs)
-            policy_mask[i, list(where)] = True
-            logp[i, list(where)] = torch.tensor(values, dtype=torch.float64)
-    rewards = torch.tensor([ep.reward for ep in episodes], dtype=torch.float64)
-    return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
+    return rows, sampled_at
 
 
 def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
