@@ -103,10 +103,8 @@ def kernel_rate(shape=(768, 66, 198), repeats=50):
 
 
 SFT_STEPS = 300      # a twelfth of SFT's 3,500 steps: its speed, not its result
-# The baseline revision may be older than the harness folder (its bench was tinyagent/bench.py).
 TIMED = ("import json, time, torch; torch.set_num_threads(1)\n"
-         "try:\n    from tinyagent.harness.bench import timed_run\n"
-         "except ModuleNotFoundError:\n    from tinyagent.bench import timed_run\n"
+         "from {bench} import timed_run\n"
          "from tinyagent.policy import Policy\n"
          "from tinyagent.pretrain import SFTConfig, make_demonstrations, sft\n"
          "run = timed_run()\n"
@@ -123,8 +121,14 @@ def timed_revision(tree):
     env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1"}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
-    done = subprocess.run([sys.executable, "-c", TIMED], env=env, cwd=tree or ROOT,
-                          capture_output=True, text=True, check=True)
+    # A revision older than the harness folder kept its bench in tinyagent/bench.py; named
+    # explicitly, since the editable install would lend it this code's harness otherwise.
+    old = not (Path(tree or ROOT) / "tinyagent" / "harness" / "bench.py").exists()
+    script = TIMED.format(bench="tinyagent.bench" if old else "tinyagent.harness.bench")
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tree or ROOT,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"timing the code in {tree or ROOT} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
