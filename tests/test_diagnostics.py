@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from tinyagent.science.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
                                    first_call_distribution, heldout_prompts, k3_decomposition,
-                                   kl_divergence, malformed_calls, run_summary, split_calls,
-                                   token_roles)
+                                   kl_divergence, logged_path, malformed_calls, run_summary,
+                                   split_calls, token_roles)
 from tinyagent.evaluate import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS, Episode, Task
 from tinyagent.policy import Policy, load_rl_base
@@ -234,3 +234,10 @@ def test_first_call_summaries_read_each_runs_final_parameters(base):
                                           {"state": other.state_dict()}], episodes, ref)
     assert same["reverse KL"] == pytest.approx(0.0, abs=1e-12)
     assert moved == first_call_summary(other, episodes, ref)
+
+
+def test_logged_path_reads_each_seeds_log_at_the_steps_asked():
+    runs = [{"history": [{"entropy": 10 * seed + step} for step in range(5)]} for seed in range(3)]
+    table = logged_path(runs, "entropy", (0, 4), seeds=[7, 8, 9])
+    assert table.loc[8, "step 4"] == 14 and table.loc[9, "step 0"] == 20
+    assert list(table.columns) == ["step 0", "step 4"] and table.index.name == "seed"

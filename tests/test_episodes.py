@@ -119,3 +119,11 @@ def test_reading_split_re_rolls_the_evaluated_episodes_and_refuses_others(base):
     assert row["pass@1"] == pass1
     with pytest.raises(ValueError, match="not the episodes"):
         E.reading_split([{"state": base.state_dict(), "eval": {"pass@1": pass1 + 0.1}}])
+
+
+def test_part_by_seed_puts_each_seeds_value_in_its_row():
+    by_part = {"a: other": [{"per_token": 0.1}, {"per_token": 0.5}],
+               "b: other": [{"per_token": 0.2}, {"per_token": 0.0}]}
+    table = E.part_by_seed(by_part, "per_token", ["b: other", "a: other"], seeds=[3, 4])
+    assert table.loc[4, "a: other"] == 0.5 and table.loc[3, "b: other"] == 0.2
+    assert list(table.columns) == ["b: other", "a: other"]

@@ -163,8 +163,9 @@ def fresh_batch_k3(policy, reference, seed):
 
 def fixed_policy_noise(runs, by_seed, label="k3+ beta=1.0"):
     """How much the logged KL moves at a fixed policy: per seed, the log's median, steps above the
-    book's bound and maximum, beside the mean k3 of 8 fresh batches from the final policy (median,
-    min, max) and the median share of a batch's total carried by its single largest token."""
+    book's bound, maximum and the step that logged it, beside the mean k3 of 8 fresh batches from
+    the final policy (median, min, max) and the median share of a batch's total carried by its
+    single largest token."""
     base, bound = load_rl_base(), SECTION_10_8["kl_log"]["k3+ beta=1.0"]["max"]
     noise = {}
     for seed, run in zip(SEEDS, runs[label]):
@@ -174,7 +175,8 @@ def fixed_policy_noise(runs, by_seed, label="k3+ beta=1.0"):
         log = series(by_seed[seed], label, "kl")
         noise[seed] = {"log: median": np.median(log),
                        "log: steps above 0.03": sum(x > bound for x in log),
-                       "log: max": max(log), "fresh: median": np.median(means),
+                       "log: max": max(log), "log: step of max": int(np.argmax(log)),
+                       "fresh: median": np.median(means),
                        "fresh: min": min(means), "fresh: max": max(means),
                        "top token share": np.median([k.max().item() / k.sum().item() for k in k3])}
     return pd.DataFrame.from_dict(noise, orient="index").rename_axis("seed").round(3)

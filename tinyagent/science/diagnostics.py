@@ -11,6 +11,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -156,6 +157,14 @@ def training_mean(runs, key, first=10):
     are too few to compare two settings' training, and before step 10 every run is still near
     the base agent."""
     return [np.mean([log[key] for log in run["history"][first:]]) for run in runs]
+
+
+def logged_path(runs, key, steps, seeds):
+    """One setting's logged `key` at `steps`, a row per seed: when each run moved, where the
+    final numbers say only how far."""
+    return pd.DataFrame([[run["history"][step][key] for step in steps] for run in runs],
+                        index=pd.Index(seeds, name="seed"),
+                        columns=[f"step {step}" for step in steps])
 
 
 # ------------------------------------------------------------------ held-out episodes, call by call

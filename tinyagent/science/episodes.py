@@ -159,3 +159,10 @@ def distance_parts(decompositions, summaries):
     by_part["all tokens"] = [{"share": 1.0, "per_token": row["kl_to_ref"],
                               "contribution": row["kl_to_ref"]} for row in summaries]
     return by_part
+
+
+def part_by_seed(by_part, field, parts, seeds):
+    """One `field` (share, per_token or contribution) of some of `distance_parts`' parts, a row
+    per seed: which seed a median-and-range table's extremes belong to."""
+    return pd.DataFrame({part: [p[field] for p in by_part[part]] for part in parts},
+                        index=pd.Index(seeds, name="seed"))
