@@ -43,6 +43,16 @@ def test_fixed_weights_change_no_bit_and_stop_no_gradient():
     assert policy.head.rows is None
 
 
+def test_a_prefix_decoded_in_inference_mode_first_still_trains():
+    """The causal mask is made once per length; made first by a rollout (in inference mode) it
+    must still be a tensor autograd can save."""
+    policy, idx = Policy(seed=2), torch.zeros(2, 7, dtype=torch.long)
+    with torch.inference_mode():
+        policy.prefill(idx, policy.new_cache(2))
+    policy(idx).sum().backward()
+    assert policy.wte.weight.grad is not None
+
+
 def test_a_cache_shorter_than_the_sequence_is_refused():
     policy = Policy()
     cache = policy.new_cache(2, 5)

@@ -41,22 +41,21 @@ def use_path(name):
     return next(n for n, code in PATHS.items() if code == in_force)
 
 
-def _batch(t):
-    """(t viewed as 4-D (n1, n2, rows, cols), its strides): no copy for any strides."""
-    while t.dim() < 4:
-        t = t.unsqueeze(0)
-    return t, t.stride()
+def _as_4d(t):
+    """t's shape and strides read as 4-D (n1, n2, rows, cols), size-1 leading dimensions added
+    in Python (no view is made: a product is called thousands of times a step)."""
+    pad = 4 - t.dim()
+    return (1,) * pad + tuple(t.shape), (0,) * pad + t.stride()
 
 
 def _bmm(a, b):
-    """a (n1, n2, M, K) @ b (n1, n2, K, N) -> contiguous (n1, n2, M, N) through the C kernel,
-    float32, no autograd (fewer leading dimensions are taken as size 1). Both are read through
-    their strides, so a transposed view (a weight in `linear`, the keys in attention) costs no
-    copy in Python."""
-    a, (sa1, sa2, sam, sak) = _batch(a)
-    b, (sb1, sb2, sbk, sbn) = _batch(b)
-    (n1, n2, M, K), N = a.shape, b.shape[3]
-    out = torch.empty((n1, n2, M, N), dtype=torch.float32)
+    """a (..., M, K) @ b (..., K, N) -> contiguous (..., M, N) through the C kernel, float32, no
+    autograd, for a and b of one number of dimensions, at most 4 (two leading ones, equal). Both
+    are read through their strides, so a transposed view (a weight in `linear`) costs no copy in
+    Python."""
+    (n1, n2, M, K), (sa1, sa2, sam, sak) = _as_4d(a)
+    (_, _, _, N), (sb1, sb2, sbk, sbn) = _as_4d(b)
+    out = torch.empty(a.shape[:-1] + (N,), dtype=torch.float32)
     if _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
                      b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr()):
         raise MemoryError(f"matmul: no memory for the {K} x {N} rows of a strided operand")
@@ -64,7 +63,7 @@ def _bmm(a, b):
 
 
 class _MatMul(torch.autograd.Function):
-    """a (n1, n2, M, K) @ b (n1, n2, K, N); both gradients are products through the same kernel."""
+    """a (..., M, K) @ b (..., K, N); both gradients are products through the same kernel."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -74,8 +73,8 @@ class _MatMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        grad_a = _bmm(grad, b.transpose(2, 3)) if ctx.needs_input_grad[0] else None
-        grad_b = _bmm(a.transpose(2, 3), grad) if ctx.needs_input_grad[1] else None
+        grad_a = _bmm(grad, b.transpose(-2, -1)) if ctx.needs_input_grad[0] else None
+        grad_b = _bmm(a.transpose(-2, -1), grad) if ctx.needs_input_grad[1] else None
         return grad_a, grad_b
 
 
@@ -95,14 +94,11 @@ def matmul(a, b):
     product = _MatMul.apply if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) else _bmm
     if b.dim() == 2:                      # one matrix for every row of a: one long product
         rows = a.reshape(-1, a.shape[-1])     # (rows, K), a view when a's rows are evenly spaced
-        out = product(rows[None, None], b[None, None])
-        return out.view(*a.shape[:-1], b.shape[-1])
+        return product(rows, b).view(*a.shape[:-1], b.shape[-1])
     if a.dim() > 4 or b.dim() != a.dim():
         raise ValueError(f"matmul takes at most two leading dimensions, equal in a and b, got "
                          f"{tuple(a.shape)} @ {tuple(b.shape)}")
-    lead = a.shape[:-2]
-    out = product(_batch(a)[0], _batch(b)[0])
-    return out.view(*lead, a.shape[-2], b.shape[-1])
+    return product(a, b)
 
 
 def linear(x, weight, bias=None):

@@ -99,8 +99,10 @@ class CausalSelfAttention(nn.Module):
 @functools.lru_cache(maxsize=None)
 def _future(T):
     """The (T, T) mask of the positions after each one, which causal attention hides (made once
-    per length)."""
-    return torch.ones(T, T, dtype=torch.bool).triu(1)
+    per length, and outside inference mode even when a rollout asks first, so that training may
+    save it for the backward pass)."""
+    with torch.inference_mode(False):
+        return torch.ones(T, T, dtype=torch.bool).triu(1)
 
 
 class MLP(nn.Module):
