@@ -4,8 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tinyagent.grpo import frozen_copy
+from tinyagent.harness.runs import params_sha256
 from tinyagent.matmul import linear, matmul, use_path
-from tinyagent.policy import Policy
+from tinyagent.policy import Policy, load_rl_base
+from tinyagent.regularize import RegularizedConfig, train_regularized
 
 GEN = torch.Generator().manual_seed(0)
 # shapes that exercise the 6-row x 16-column and 8-row x 32-column blocks, the narrower ones,
@@ -126,3 +129,19 @@ def test_policy_computes_the_transformer():
     idx = torch.randint(0, policy.cfg.vocab_size, (3, 20), generator=GEN)
     ours, ref = policy(idx).double(), reference_logits(policy, idx)
     assert (ours - ref).abs().max() < 1e-4 * ref.abs().max()
+
+
+def test_training_steps_give_the_same_parameters_on_every_path():
+    """What the promise 'with or without AVX-512' rests on, end to end: two regularized steps
+    from the RL base agent (sampling, the reference, backward, Adam) on each kernel path."""
+    digests = {}
+    try:
+        for path in ("avx512", "avx2", "scalar"):
+            taken = use_path(path)
+            policy = load_rl_base()
+            train_regularized(policy, RegularizedConfig(kl_coef=0.3, kl_kind="k3+", entropy_coef=0.01),
+                              steps=2, reference=frozen_copy(policy), progress=False)
+            digests[taken] = params_sha256(policy.state_dict())
+    finally:
+        use_path("fastest")
+    assert len(set(digests.values())) == 1, digests
