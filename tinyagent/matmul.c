@@ -70,8 +70,10 @@ static void avx2_full_block(const product *p, int i, int j)
     }
 }
 
-/* Rows i .. i+rows-1 (rows <= ROWS), columns j .. j+7: the edges. */
-static void avx2_edge_block(const product *p, int i, int rows, int j)
+/* Rows i .. i+rows-1 (rows <= ROWS), columns j .. j+7: the edges. Inlined, like the function
+   below, so that a constant number of rows keeps its accumulators in registers. */
+static inline __attribute__((always_inline)) void avx2_edge_block(const product *p, int i,
+                                                                  int rows, int j)
 {
     __m256 c[ROWS];
     for (int r = 0; r < rows; r++)
@@ -87,7 +89,8 @@ static void avx2_edge_block(const product *p, int i, int rows, int j)
 /* Rows i .. i+rows-1, the last N - j < 8 columns: lanes past the last column load zeros and are
    not stored. (The policy's widths, 66 and head size 11, end in such columns; computed one at a
    time they cost as much as the rest of the product.) */
-static void avx2_last_columns(const product *p, int i, int rows, int j)
+static inline __attribute__((always_inline)) void avx2_last_columns(const product *p, int i,
+                                                                    int rows, int j)
 {
     __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->N - j),
                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -102,14 +105,23 @@ static void avx2_last_columns(const product *p, int i, int rows, int j)
     for (int r = 0; r < rows; r++) _mm256_maskstore_ps(C_(p, i + r, j), mask, c[r]);
 }
 
+/* Rows i .. i+rows-1, the columns from j on, 8 at a time. */
+static inline __attribute__((always_inline)) void avx2_edges(const product *p, int i, int rows,
+                                                             int j)
+{
+    for (; j + 8 <= p->N; j += 8) avx2_edge_block(p, i, rows, j);
+    if (j < p->N) avx2_last_columns(p, i, rows, j);
+}
+
 static void avx2_product(const product *p)
 {
     for (int i = 0; i < p->M; i += ROWS) {
         int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0;
         if (rows == ROWS)
             for (; j + 16 <= p->N; j += 16) avx2_full_block(p, i, j);
-        for (; j + 8 <= p->N; j += 8) avx2_edge_block(p, i, rows, j);
-        if (j < p->N) avx2_last_columns(p, i, rows, j);
+        if (rows == ROWS) avx2_edges(p, i, ROWS, j);
+        else if (rows == 1) avx2_edges(p, i, 1, j);              /* one-token decoding */
+        else avx2_edges(p, i, rows, j);
     }
 }
 
@@ -142,8 +154,10 @@ AVX512 static void avx512_full_block(const product *p, int i, int j)
     }
 }
 
-/* Rows i .. i+rows-1 (rows <= ROWS16), the 16 columns from j that `mask` keeps. */
-AVX512 static void avx512_edge_block(const product *p, int i, int rows, int j, __mmask16 mask)
+/* Rows i .. i+rows-1 (rows <= ROWS16), the 16 columns from j that `mask` keeps. Inlined, so that
+   a full height of rows (a constant) keeps its accumulators in registers. */
+AVX512 static inline __attribute__((always_inline)) void avx512_edge_block(
+    const product *p, int i, int rows, int j, __mmask16 mask)
 {
     __m512 c[ROWS16];
     for (int r = 0; r < rows; r++)
@@ -162,9 +176,12 @@ AVX512 static void avx512_product(const product *p)
         int rows = p->M - i < ROWS16 ? p->M - i : ROWS16, j = 0;
         if (rows == ROWS16)
             for (; j + 32 <= p->N; j += 32) avx512_full_block(p, i, j);
-        for (; j < p->N; j += 16)
-            avx512_edge_block(p, i, rows, j,
-                              p->N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (p->N - j)) - 1));
+        for (; j < p->N; j += 16) {
+            __mmask16 mask = p->N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (p->N - j)) - 1);
+            if (rows == ROWS16) avx512_edge_block(p, i, ROWS16, j, mask);
+            else if (rows == 1) avx512_edge_block(p, i, 1, j, mask);     /* one-token decoding */
+            else avx512_edge_block(p, i, rows, j, mask);
+        }
     }
 }
 #endif
