@@ -24,6 +24,7 @@ from ..kl import kl_penalty
 from ..sampler import token_logprobs
 from ..vocab import ID, KIND_IDS, NAME_IDS, WORDS
 from .pairs import paired
+from .report import logged
 
 # ------------------------------------------------------------------ one run in numbers
 
@@ -162,7 +163,8 @@ def training_mean(runs, key, first=10):
 def logged_path(runs, key, steps, seeds):
     """One setting's logged `key` at `steps`, a row per seed: when each run moved, where the
     final numbers say only how far."""
-    return pd.DataFrame([[run["history"][step][key] for step in steps] for run in runs],
+    series = [logged(run, key, f"the run at seed {seed}") for run, seed in zip(runs, seeds)]
+    return pd.DataFrame([[values[step] for step in steps] for values in series],
                         index=pd.Index(seeds, name="seed"),
                         columns=[f"step {step}" for step in steps])
 
