@@ -1,12 +1,14 @@
 """The policy's matrix kernel: right to float32 precision, and with bits that depend on the
 operands alone (not on how the kernel blocks them, so not on the CPU)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tinyagent.grpo import frozen_copy
 from tinyagent.harness.runs import params_sha256
-from tinyagent.matmul import linear, matmul, use_path
+from tinyagent.matmul import linear, matmul, scores, use_path
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
 
@@ -98,6 +100,45 @@ def test_bad_operands_are_refused(bad):
 def test_another_precision_gets_torchs_product():
     a, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
     assert torch.equal(matmul(a, b), a @ b)
+
+
+def composed_scores(q, k, causal):
+    """Attention's scores as three operators: the product, the scale, the masked future."""
+    att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))
+    mask = torch.ones(att.shape[-2:], dtype=torch.bool).triu(1)
+    return att.masked_fill(mask, float("-inf")) if causal else att
+
+
+@pytest.mark.parametrize("T,L,causal", [(1, 1, False), (1, 37, False), (13, 13, True),
+                                        (50, 50, True), (70, 70, False)])
+def test_scores_are_the_composed_operators_bit_for_bit(T, L, causal):
+    """The fused scores equal product, scale and mask, forward and in both gradients (through a
+    softmax, as attention uses them), for q and k read as attention reads them: views of one
+    (B, T, 3C) projection, and a cache's transposed keys."""
+    qkv = torch.randn(2, L, 3 * 66, generator=GEN) * 3
+    q = qkv[:, L - T:, :66].view(2, T, 6, 11).transpose(1, 2).requires_grad_()
+    k = qkv[:, :, 66:132].view(2, L, 6, 11).transpose(1, 2).requires_grad_()
+    w = torch.randn(2, 6, T, L, generator=GEN)
+    outs, grads = [], []
+    for f in (scores, composed_scores):
+        att = f(q, k, causal)
+        (torch.softmax(att, -1) * w).sum().backward()
+        outs.append(att.detach())
+        grads.append((q.grad, k.grad))
+        q.grad = k.grad = None
+    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    cache = torch.randn(2, 6, 11, 96, generator=GEN)[..., :L]            # kᵀ, as decoding stores it
+    with torch.no_grad():
+        assert torch.equal(scores(q, cache.transpose(2, 3), False),
+                           composed_scores(q, cache.transpose(2, 3), False))
+    q64, k64 = q.detach().double(), k.detach().double()
+    assert torch.equal(scores(q64, k64, causal), composed_scores(q64, k64, causal))
+
+
+def test_scores_refuse_a_future_that_is_not_square():
+    with pytest.raises(ValueError, match="L = T when causal"):
+        scores(torch.zeros(1, 6, 3, 11), torch.zeros(1, 6, 5, 11), causal=True)
 
 
 def reference_logits(policy, idx):

@@ -225,10 +225,22 @@ static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K,
     return rows;
 }
 
-/* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset). */
+/* Attention's epilogue on one (M, N) slice of C: each element times `scale` (one rounding, as
+   torch multiplies a float32 tensor by a Python number: by that number rounded to float32), and
+   with `causal` the future, column j > row i, set to -inf. */
+static void epilogue(float *C, int M, int N, float scale, int causal)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++)
+            C[(size_t)i * N + j] = causal && j > i ? -INFINITY : C[(size_t)i * N + j] * scale;
+}
+
+/* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset).
+   With scale != 1 or causal, each product then goes through `epilogue` (attention's scores). */
 int tiny_bmm(int nb1, int nb2, int M, int N, int K,
              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
-             const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C)
+             const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C,
+             float scale, int causal)
 {
     int path = tiny_matmul_path(forced);
     float *rows = NULL;
@@ -240,7 +252,18 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                          rows ? as_rows(b, sbk, sbn, K, N, rows) : b, rows ? N : sbk,
                          C + ((size_t)b1 * nb2 + b2) * M * N, 0, 0};
             compute(p, path);
+            if (scale != 1.0f || causal) epilogue(p.C, M, N, scale, causal);
         }
     free(rows);
     return 0;
+}
+
+/* The gradient of the scores' epilogue, for n contiguous (M, N) slices: out = grad * scale, and
+   0 at the future with `causal` (what autograd computes for the masked fill and the multiply). */
+void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale, int causal)
+{
+    for (int s = 0; s < n; s++, grad += (size_t)M * N, out += (size_t)M * N)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                out[(size_t)i * N + j] = causal && j > i ? 0.0f : grad[(size_t)i * N + j] * scale;
 }

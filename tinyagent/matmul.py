@@ -7,6 +7,7 @@ backward) goes through one small C kernel (matmul.c) that sums each element over
 order with fused multiply-adds. Its bits depend only on its operands.
 """
 import ctypes
+import math
 import importlib.machinery
 from pathlib import Path
 
@@ -20,8 +21,12 @@ def _load_kernel():
         if path.exists():
             lib = ctypes.CDLL(str(path))
             lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
-                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p])
+                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p]
+                                     + [ctypes.c_float, ctypes.c_int])
             lib.tiny_bmm.restype = ctypes.c_int
+            lib.tiny_scores_grad.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 2
+                                             + [ctypes.c_float, ctypes.c_int])
+            lib.tiny_scores_grad.restype = None
             lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
             return lib
     raise ImportError(f"tinyagent's matrix kernel is not built (no _matmul*.so in {here}): "
@@ -48,16 +53,17 @@ def _as_4d(t):
     return (1,) * pad + tuple(t.shape), (0,) * pad + t.stride()
 
 
-def _bmm(a, b):
+def _bmm(a, b, scale=1.0, causal=False):
     """a (..., M, K) @ b (..., K, N) -> contiguous (..., M, N) through the C kernel, float32, no
     autograd, for a and b of one number of dimensions, at most 4 (two leading ones, equal). Both
     are read through their strides, so a transposed view (a weight in `linear`) costs no copy in
-    Python."""
+    Python. Each product is then multiplied by `scale` (rounded to float32, as torch does) and,
+    with `causal`, its elements above the diagonal set to -inf: attention's scores."""
     (n1, n2, M, K), (sa1, sa2, sam, sak) = _as_4d(a)
     (_, _, _, N), (sb1, sb2, sbk, sbn) = _as_4d(b)
     out = torch.empty(a.shape[:-1] + (N,), dtype=torch.float32)
     if _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
-                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr()):
+                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr(), scale, causal):
         raise MemoryError(f"matmul: no memory for the {K} x {N} rows of a strided operand")
     return out
 
@@ -99,6 +105,46 @@ def matmul(a, b):
         raise ValueError(f"matmul takes at most two leading dimensions, equal in a and b, got "
                          f"{tuple(a.shape)} @ {tuple(b.shape)}")
     return product(a, b)
+
+
+class _Scores(torch.autograd.Function):
+    """(q @ kᵀ) * scale with the future masked, for q (B, nh, T, hs) and k (B, nh, L, hs)."""
+
+    @staticmethod
+    def forward(ctx, q, k, scale, causal):
+        ctx.save_for_backward(q, k)
+        ctx.scale, ctx.causal = scale, causal
+        return _bmm(q, k.transpose(-2, -1), scale, causal)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k = ctx.saved_tensors
+        grad = grad.contiguous()
+        g = torch.empty_like(grad)            # autograd's masked_fill and multiply, undone
+        _lib.tiny_scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
+                              grad.shape[-1], grad.data_ptr(), g.data_ptr(), ctx.scale, ctx.causal)
+        grad_q = _bmm(g, k) if ctx.needs_input_grad[0] else None
+        grad_k = _bmm(g.transpose(-2, -1), q) if ctx.needs_input_grad[1] else None
+        return grad_q, grad_k, None, None
+
+
+def scores(q, k, causal):
+    """Attention's scores q kᵀ / √hs for q (B, nh, T, hs) and k (B, nh, L, hs), with `causal` the
+    future of each position (T = L) at -inf: bit for bit what `matmul(q, k.transpose(2, 3)) *
+    (1 / √hs)` followed by `masked_fill` gives, forward and backward, in one pass of the kernel
+    instead of three operators over the (T, L) scores."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if q.dtype != torch.float32 or k.dtype != torch.float32:      # another precision: torch's own
+        att = matmul(q, k.transpose(-2, -1)) * scale
+        return att.masked_fill(torch.ones(att.shape[-2:], dtype=torch.bool).triu(1),
+                               float("-inf")) if causal else att
+    if q.dim() != 4 or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1] \
+            or (causal and q.shape[-2] != k.shape[-2]):
+        raise ValueError(f"scores: q (B, nh, T, hs) and k (B, nh, L, hs), L = T when causal, got "
+                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return _Scores.apply(q, k, scale, causal)
+    return _bmm(q, k.transpose(-2, -1), scale, causal)
 
 
 def linear(x, weight, bias=None):

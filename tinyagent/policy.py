@@ -5,7 +5,6 @@ The model never imports the gym: it maps token ids to next-token logits, nothing
 Its matrix products go through `matmul` (the same bits on any CPU) and its GELU is written
 from erf, so no library that chooses its code by the CPU computes a run.
 """
-import functools
 import hashlib
 import io
 import math
@@ -21,7 +20,7 @@ import torch.nn.functional as F
 
 from .checks import path as path_arg, positive_int
 from .files import write_atomically
-from .matmul import linear, matmul
+from .matmul import linear, matmul, scores
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float32   # under the pinned arithmetic (arithmetic.py) float32 is as reproducible
@@ -90,19 +89,8 @@ class CausalSelfAttention(nn.Module):
     def attend(q, k, v, causal):
         """softmax(q kᵀ / √hs) v for q (B, nh, T, hs) and k, v (B, nh, L, hs); `causal` masks the
         future of a prefix (T = L)."""
-        att = matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, nh, T, L)
-        if causal:
-            att = att.masked_fill(_future(q.shape[2]), float("-inf"))
+        att = scores(q, k, causal)                                    # (B, nh, T, L)
         return matmul(F.softmax(att, dim=-1), v)                      # (B, nh, T, hs)
-
-
-@functools.lru_cache(maxsize=None)
-def _future(T):
-    """The (T, T) mask of the positions after each one, which causal attention hides (made once
-    per length, and outside inference mode even when a rollout asks first, so that training may
-    save it for the backward pass)."""
-    with torch.inference_mode(False):
-        return torch.ones(T, T, dtype=torch.bool).triu(1)
 
 
 class MLP(nn.Module):
