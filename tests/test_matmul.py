@@ -62,6 +62,22 @@ def test_every_path_gives_the_same_bits(path, k):
         use_path("fastest")
 
 
+@pytest.mark.parametrize("k,n", [(11, 37), (37, 11), (300, 21)])
+def test_one_row_products_of_a_batch_give_each_products_bits(k, n):
+    """One-token decoding multiplies a batch of one-row products, one per episode and head, which
+    the kernel computes several at a time: on every path, the bits of each product alone and of
+    the scalar definition. B is read as decoding reads its cache, rows of a longer buffer."""
+    a = torch.randn(5, 6, 1, k, generator=GEN)
+    b = torch.randn(5, 6, k, n + 7, generator=GEN)[..., :n]
+    alone = torch.stack([torch.stack([matmul(a[i, h], b[i, h]) for h in range(6)]) for i in range(5)])
+    try:
+        for path in ("scalar", "avx2", "avx512"):
+            use_path(path)
+            assert torch.equal(matmul(a, b), alone), path
+    finally:
+        use_path("fastest")
+
+
 def test_batched_and_transposed_operands():
     a = torch.randn(2, 3, 9, 11, generator=GEN)
     b = torch.randn(2, 3, 7, 11, generator=GEN).transpose(2, 3)          # a strided view

@@ -125,6 +125,33 @@ static void avx2_product(const product *p)
     }
 }
 
+/* One-token decoding's products have one row each, and a batch of them (one per episode and
+   head) is as many chains of fused multiply-adds, each waiting on the one before. So `n` <= ROWS
+   products are computed together, product t's row a[t] against its own b[t] into c[t]: their
+   chains interleave, and each element is still one chain over k in order. Columns j .. j+7. */
+static inline __attribute__((always_inline)) void avx2_single_rows(int n, const float **a,
+    ptrdiff_t sak, const float **b, ptrdiff_t sbk, float **c, int K, int j, __m256i mask)
+{
+    __m256 acc[ROWS];
+    for (int t = 0; t < n; t++) acc[t] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k++)
+        for (int t = 0; t < n; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t][k * sak]),
+                                     _mm256_maskload_ps(b[t] + k * sbk + j, mask), acc[t]);
+    for (int t = 0; t < n; t++) _mm256_maskstore_ps(c[t] + j, mask, acc[t]);
+}
+
+static void avx2_single_row_products(int n, const float **a, ptrdiff_t sak, const float **b,
+                                     ptrdiff_t sbk, float **c, int K, int N)
+{
+    for (int j = 0; j < N; j += 8) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        if (n == ROWS) avx2_single_rows(ROWS, a, sak, b, sbk, c, K, j, mask);
+        else avx2_single_rows(n, a, sak, b, sbk, c, K, j, mask);
+    }
+}
+
 /* The same blocks 16 lanes wide, for CPUs with AVX-512 (chosen when the program runs, so one
    build serves both). */
 #define AVX512 __attribute__((target("avx512f,fma")))
@@ -182,6 +209,31 @@ AVX512 static void avx512_product(const product *p)
             else if (rows == 1) avx512_edge_block(p, i, 1, j, mask);     /* one-token decoding */
             else avx512_edge_block(p, i, rows, j, mask);
         }
+    }
+}
+
+/* avx2_single_rows, 16 lanes wide. */
+AVX512 static inline __attribute__((always_inline)) void avx512_single_rows(int n,
+    const float **a, ptrdiff_t sak, const float **b, ptrdiff_t sbk, float **c, int K, int j,
+    __mmask16 mask)
+{
+    __m512 acc[ROWS16];
+    for (int t = 0; t < n; t++) acc[t] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++)
+        for (int t = 0; t < n; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t][k * sak]),
+                                     _mm512_maskz_loadu_ps(mask, b[t] + k * sbk + j), acc[t]);
+    for (int t = 0; t < n; t++) _mm512_mask_storeu_ps(c[t] + j, mask, acc[t]);
+}
+
+AVX512 static void avx512_single_row_products(int n, const float **a, ptrdiff_t sak,
+                                              const float **b, ptrdiff_t sbk, float **c, int K,
+                                              int N)
+{
+    for (int j = 0; j < N; j += 16) {
+        __mmask16 mask = N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (N - j)) - 1);
+        if (n == ROWS16) avx512_single_rows(ROWS16, a, sak, b, sbk, c, K, j, mask);
+        else avx512_single_rows(n, a, sak, b, sbk, c, K, j, mask);
     }
 }
 #endif
@@ -244,6 +296,26 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
 {
     int path = tiny_matmul_path(forced);
     float *rows = NULL;
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+    if (M == 1 && sbn == 1 && path >= 2 && K > 0) {          /* one-token decoding */
+        int group = path == 3 ? ROWS16 : ROWS, n = 0;
+        const float *a[ROWS16], *b[ROWS16];
+        float *c[ROWS16];
+        for (int b1 = 0; b1 < nb1; b1++)
+            for (int b2 = 0; b2 < nb2; b2++) {
+                a[n] = A + b1 * sa1 + b2 * sa2;
+                b[n] = B + b1 * sb1 + b2 * sb2;
+                c[n] = C + ((size_t)b1 * nb2 + b2) * N;
+                if (++n < group && !(b1 == nb1 - 1 && b2 == nb2 - 1)) continue;
+                if (path == 3) avx512_single_row_products(n, a, sak, b, sbk, c, K, N);
+                else avx2_single_row_products(n, a, sak, b, sbk, c, K, N);
+                if (scale != 1.0f || causal)
+                    for (int t = 0; t < n; t++) epilogue(c[t], 1, N, scale, causal);
+                n = 0;
+            }
+        return 0;
+    }
+#endif
     if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * (size_t)K * N))) return -1;
     for (int b1 = 0; b1 < nb1; b1++)
         for (int b2 = 0; b2 < nb2; b2++) {
