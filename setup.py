@@ -1,11 +1,14 @@
-"""Builds tinyagent/matmul.c, the policy's matrix products (the rest of the metadata is in
-pyproject.toml). A plain C library loaded with ctypes: no Python or torch headers needed."""
+"""Builds tinyagent/matmul.c, the policy's matrix products, and tinyagent/gelu.c, its GELU (the
+rest of the metadata is in pyproject.toml). Plain C libraries loaded with ctypes: no Python or
+torch headers needed."""
 import platform
 
 from setuptools import Extension, setup
 
-# Any flags give the same bits (the order of summation is the code's); these give speed.
+# -ffp-contract=off: no multiply and add fused unless the code says so. Beyond that, any flags
+# give the same bits (the order of every operation is the code's); these give speed.
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 flags = ["-O3", "-ffp-contract=off"] + (["-mavx2", "-mfma"] if x86 else [])
-setup(ext_modules=[Extension("tinyagent._matmul", sources=["tinyagent/matmul.c"],
-                             extra_compile_args=flags, libraries=["m"])])
+setup(ext_modules=[Extension(f"tinyagent._{stem}", sources=[f"tinyagent/{stem}.c"],
+                             extra_compile_args=flags, libraries=["m"])
+                   for stem in ("matmul", "gelu")])

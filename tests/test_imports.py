@@ -40,7 +40,7 @@ TOP = sorted(m for m in MODULES if "." not in m and m not in LAYERS)     # the b
 TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "harness.runs", "sampler", "policy",
                        "pretrain", "science.experiments")
 PRESENTATION = ("science.report", "science.plots", "science.book", CLAIMS)
-LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab")      # import no package module
+LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab", "kernels")      # import no package module
 
 
 # ------------------------------------------------------------------ the source
@@ -117,7 +117,7 @@ def _layer(module):
 def test_the_layers_are_the_ones_the_design_names():
     assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluate",
                         "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul",
-                        "adam"}
+                        "gelu", "kernels", "adam"}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
                                  "contract", "probe", "rebuild")}

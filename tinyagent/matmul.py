@@ -8,30 +8,23 @@ order with fused multiply-adds. Its bits depend only on its operands.
 """
 import ctypes
 import math
-import importlib.machinery
-from pathlib import Path
 
 import torch
 
+from .kernels import load
+
 
 def _load_kernel():
-    here = Path(__file__).resolve().parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"_matmul{suffix}"
-        if path.exists():
-            lib = ctypes.CDLL(str(path))
-            lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
-                                     + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p]
+    lib = load("matmul", "matrix kernel")
+    lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
+                             + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p]
+                             + [ctypes.c_float, ctypes.c_int])
+    lib.tiny_bmm.restype = ctypes.c_int
+    lib.tiny_scores_grad.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 2
                                      + [ctypes.c_float, ctypes.c_int])
-            lib.tiny_bmm.restype = ctypes.c_int
-            lib.tiny_scores_grad.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 2
-                                             + [ctypes.c_float, ctypes.c_int])
-            lib.tiny_scores_grad.restype = None
-            lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
-            return lib
-    raise ImportError(f"tinyagent's matrix kernel is not built (no _matmul*.so in {here}): "
-                      f"install the package with `pip install -e .` (what `make setup` runs), "
-                      f"which compiles tinyagent/matmul.c with the machine's C compiler")
+    lib.tiny_scores_grad.restype = None
+    lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
+    return lib
 
 
 _lib = _load_kernel()

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from .checks import path as path_arg, positive_int
 from .files import write_atomically
+from .gelu import gelu
 from .matmul import linear, matmul, scores
 from .vocab import VOCAB_SIZE
 
@@ -52,11 +53,6 @@ class Linear(nn.Linear):
         if self.rows is None or torch.is_grad_enabled():
             return linear(x, self.weight, self.bias)
         return matmul(x, self.rows) + self.bias
-
-
-def gelu(x):
-    """The exact GELU, x·Φ(x), from erf (F.gelu runs oneDNN code chosen by the CPU)."""
-    return 0.5 * x * (1.0 + torch.erf(x * 0.7071067811865476))
 
 
 class CausalSelfAttention(nn.Module):

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from ..adam import Adam
 from ..arithmetic import PINS, pin_environment, torch_threads
-from ..policy import CausalSelfAttention, gelu
+from ..gelu import gelu
+from ..policy import CausalSelfAttention
 from ..matmul import linear
 
 TOKEN_COUNTS = (1, 8, 13, 32, 64, 96, 104, 128, 200, 256, 270, 300, 384, 512, 640, 768, 1024,

@@ -1,0 +1,45 @@
+/* GELU's additions and multiplications, forward and backward, each in one pass over the tensor.
+
+   The policy's GELU is 0.5 * x * (1 + erf(x * 0.7071067811865476)), and torch evaluates it as five
+   operators, each a pass over the tensor and a new tensor; autograd adds nine more for the
+   gradient. Here the passes between the two transcendental functions are one loop each, and erf
+   and exp stay torch's (gelu.py calls them). Every operation is written in the order and the
+   precision torch computes it (a float32 tensor times a Python number is a float32 product with
+   that number rounded to float32), and the file is compiled with -ffp-contract=off, so that no
+   multiply and add fuse into one rounding: the bits are torch's, which tests/test_gelu.py checks.
+   Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/gelu.py. */
+#include <stddef.h>
+
+/* u = x * c, the argument of erf. */
+void gelu_erf_argument(size_t n, const float *x, float c, float *u)
+{
+    for (size_t i = 0; i < n; i++) u[i] = x[i] * c;
+}
+
+/* y = (x * 0.5) * (1 + e), with e = erf(x * c). */
+void gelu_forward(size_t n, const float *x, const float *e, float *y)
+{
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] * 0.5f) * (e[i] + 1.0f);
+}
+
+/* m = -(u * u) with u = x * c: erf's derivative is k * exp(m). */
+void gelu_exp_argument(size_t n, const float *x, float c, float *m)
+{
+    for (size_t i = 0; i < n; i++) {
+        float u = x[i] * c;
+        m[i] = -(u * u);
+    }
+}
+
+/* The gradient autograd computes, node by node: through (x * 0.5) * (1 + e), the sum of the
+   two paths to x, (g * (1 + e)) * 0.5 and ((k * exp(m)) * (g * (x * 0.5))) * c. */
+void gelu_backward(size_t n, const float *x, const float *e, const float *expm, const float *g,
+                   float c, float k, float *gx)
+{
+    for (size_t i = 0; i < n; i++) {
+        float half = x[i] * 0.5f, one_plus = e[i] + 1.0f;
+        float through_half = (g[i] * one_plus) * 0.5f;
+        float through_erf = ((k * expm[i]) * (g[i] * half)) * c;
+        gx[i] = through_half + through_erf;
+    }
+}

@@ -1,0 +1,69 @@
+"""The exact GELU, x·Φ(x) = 0.5 · x · (1 + erf(x / √2)), computed from erf.
+
+F.gelu runs oneDNN code chosen by the CPU, so the policy writes GELU from erf. Written as torch
+expressions, that is five operators forward and nine more in autograd's backward, each a pass
+over a (tokens, 264) tensor. Here the additions and multiplications between erf and exp are one
+pass of C each (gelu.c), in torch's order and precision, so the bits are the torch expression's
+(tests/test_gelu.py checks forward and gradient).
+"""
+import ctypes
+
+import torch
+
+from .kernels import load
+
+ERF_SCALE = 0.7071067811865476        # 1/√2
+ERF_SLOPE = 1.1283791670955126        # 2/√π: erf'(u) = 2/√π · exp(-u²), as autograd writes it
+
+_lib = load("gelu", "GELU kernel")
+_size, _ptr, _float = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_float
+_lib.gelu_erf_argument.argtypes = [_size, _ptr, _float, _ptr]
+_lib.gelu_forward.argtypes = [_size, _ptr, _ptr, _ptr]
+_lib.gelu_exp_argument.argtypes = [_size, _ptr, _float, _ptr]
+_lib.gelu_backward.argtypes = [_size, _ptr, _ptr, _ptr, _ptr, _float, _float, _ptr]
+
+
+def gelu_expression(x):
+    """The definition as torch expressions: what `gelu` computes, bit for bit."""
+    return 0.5 * x * (1.0 + torch.erf(x * ERF_SCALE))
+
+
+def _forward(x):
+    """GELU of a contiguous float32 x, and erf(x/√2), which the gradient needs."""
+    u = torch.empty_like(x)
+    _lib.gelu_erf_argument(x.numel(), x.data_ptr(), ERF_SCALE, u.data_ptr())
+    e = torch.erf(u)
+    y = torch.empty_like(x)
+    _lib.gelu_forward(x.numel(), x.data_ptr(), e.data_ptr(), y.data_ptr())
+    return y, e
+
+
+class _GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y, e = _forward(x)
+        ctx.save_for_backward(x, e)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, e = ctx.saved_tensors
+        grad = grad.contiguous()
+        m = torch.empty_like(x)
+        _lib.gelu_exp_argument(x.numel(), x.data_ptr(), ERF_SCALE, m.data_ptr())
+        expm = torch.exp(m)
+        gx = torch.empty_like(x)
+        _lib.gelu_backward(x.numel(), x.data_ptr(), e.data_ptr(), expm.data_ptr(), grad.data_ptr(),
+                           ERF_SCALE, ERF_SLOPE, gx.data_ptr())
+        return gx
+
+
+def gelu(x):
+    """GELU of x, elementwise, with the bits of `gelu_expression` (another precision than the
+    policy's float32 gets the expression itself)."""
+    if x.dtype != torch.float32:
+        return gelu_expression(x)
+    x = x.contiguous()
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _GELU.apply(x)
+    return _forward(x)[0]
