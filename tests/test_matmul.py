@@ -105,6 +105,21 @@ def test_linear_is_nn_linear():
     assert torch.allclose(linear(x, w, bias), F.linear(x, w, bias), atol=1e-5)
 
 
+def test_linear_without_autograd_adds_the_bias_with_the_same_bits():
+    """Without a gradient the bias is added as the kernel stores each product, and the weight may
+    come transposed into rows: the bits of the product followed by torch's `+`."""
+    x, w, bias = (torch.randn(5, 9, 66, generator=GEN) * 3, torch.randn(198, 66, generator=GEN),
+                  torch.randn(198, generator=GEN))
+    plain = matmul(x, w.t()) + bias
+    w.requires_grad_()
+    with_autograd = linear(x, w, bias)
+    with torch.no_grad():
+        fused, from_rows = linear(x, w, bias), linear(x, w, bias, rows=w.t().contiguous())
+        one_token = linear(x[:, :1], w, bias, rows=w.t().contiguous())
+    assert torch.equal(with_autograd, plain) and torch.equal(fused, plain)
+    assert torch.equal(from_rows, plain) and torch.equal(one_token, plain[:, :1])
+
+
 @pytest.mark.parametrize("bad", ["dtype", "shape"])
 def test_bad_operands_are_refused(bad):
     a = torch.randn(3, 4, dtype=torch.float64 if bad == "dtype" else torch.float32)

@@ -287,12 +287,20 @@ static void epilogue(float *C, int M, int N, float scale, int causal)
             C[(size_t)i * N + j] = causal && j > i ? -INFINITY : C[(size_t)i * N + j] * scale;
 }
 
+/* A linear layer's epilogue: bias[j] added to column j (one rounding, as torch's addition). */
+static void add_bias(float *C, int M, int N, const float *bias)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) C[(size_t)i * N + j] += bias[j];
+}
+
 /* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset).
-   With scale != 1 or causal, each product then goes through `epilogue` (attention's scores). */
+   With scale != 1 or causal, each product then goes through `epilogue` (attention's scores);
+   with a `bias` (N floats), through `add_bias` (a linear layer's). */
 int tiny_bmm(int nb1, int nb2, int M, int N, int K,
              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
              const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C,
-             float scale, int causal)
+             float scale, int causal, const float *bias)
 {
     int path = tiny_matmul_path(forced);
     float *rows = NULL;
@@ -309,8 +317,10 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                 if (++n < group && !(b1 == nb1 - 1 && b2 == nb2 - 1)) continue;
                 if (path == 3) avx512_single_row_products(n, a, sak, b, sbk, c, K, N);
                 else avx2_single_row_products(n, a, sak, b, sbk, c, K, N);
-                if (scale != 1.0f || causal)
-                    for (int t = 0; t < n; t++) epilogue(c[t], 1, N, scale, causal);
+                for (int t = 0; t < n; t++) {
+                    if (scale != 1.0f || causal) epilogue(c[t], 1, N, scale, causal);
+                    if (bias) add_bias(c[t], 1, N, bias);
+                }
                 n = 0;
             }
         return 0;
@@ -325,6 +335,7 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                          C + ((size_t)b1 * nb2 + b2) * M * N, 0, 0};
             compute(p, path);
             if (scale != 1.0f || causal) epilogue(p.C, M, N, scale, causal);
+            if (bias) add_bias(p.C, M, N, bias);
         }
     free(rows);
     return 0;

@@ -18,7 +18,7 @@ def _load_kernel():
     lib = load("matmul", "matrix kernel")
     lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
                              + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p]
-                             + [ctypes.c_float, ctypes.c_int])
+                             + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
     lib.tiny_bmm.restype = ctypes.c_int
     lib.tiny_scores_grad.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 2
                                      + [ctypes.c_float, ctypes.c_int])
@@ -46,17 +46,19 @@ def _as_4d(t):
     return (1,) * pad + tuple(t.shape), (0,) * pad + t.stride()
 
 
-def _bmm(a, b, scale=1.0, causal=False):
+def _bmm(a, b, scale=1.0, causal=False, bias=None):
     """a (..., M, K) @ b (..., K, N) -> contiguous (..., M, N) through the C kernel, float32, no
     autograd, for a and b of one number of dimensions, at most 4 (two leading ones, equal). Both
     are read through their strides, so a transposed view (a weight in `linear`) costs no copy in
     Python. Each product is then multiplied by `scale` (rounded to float32, as torch does) and,
-    with `causal`, its elements above the diagonal set to -inf: attention's scores."""
+    with `causal`, its elements above the diagonal set to -inf: attention's scores. A contiguous
+    float32 `bias` (N,) is added to every row, as torch's `+` adds it: a linear layer's."""
     (n1, n2, M, K), (sa1, sa2, sam, sak) = _as_4d(a)
     (_, _, _, N), (sb1, sb2, sbk, sbn) = _as_4d(b)
     out = torch.empty(a.shape[:-1] + (N,), dtype=torch.float32)
     if _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
-                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr(), scale, causal):
+                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr(), scale, causal,
+                     None if bias is None else bias.data_ptr()):
         raise MemoryError(f"matmul: no memory for the {K} x {N} rows of a strided operand")
     return out
 
@@ -140,7 +142,16 @@ def scores(q, k, causal):
     return _bmm(q, k.transpose(-2, -1), scale, causal)
 
 
-def linear(x, weight, bias=None):
-    """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel."""
-    y = matmul(x, weight.t())
-    return y if bias is None else y + bias
+def linear(x, weight, bias=None, rows=None):
+    """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel.
+    Without a gradient to record, the bias is added as each product is stored (the same bits as
+    `+`, one operator less), and `rows`, weight.T copied into rows (`Policy.fixed_weights`), spares
+    the kernel its copy of the transposed weight."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)) \
+            or not all(t.dtype == torch.float32 for t in (x, weight)) or x.shape[-1] != weight.shape[1] \
+            or bias is not None and (bias.dtype != torch.float32 or bias.shape != weight.shape[:1]
+                                     or not bias.is_contiguous()):
+        y = matmul(x, weight.t())           # autograd, another precision, or bad input's errors
+        return y if bias is None else y + bias
+    b = weight.t() if rows is None else rows
+    return _bmm(x.reshape(-1, x.shape[-1]), b, bias=bias).view(*x.shape[:-1], b.shape[-1])

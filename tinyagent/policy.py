@@ -50,9 +50,7 @@ class Linear(nn.Linear):
     rows = None     # the weight transposed into rows, while `Policy.fixed_weights` holds them
 
     def forward(self, x):
-        if self.rows is None or torch.is_grad_enabled():
-            return linear(x, self.weight, self.bias)
-        return matmul(x, self.rows) + self.bias
+        return linear(x, self.weight, self.bias, self.rows)
 
 
 class CausalSelfAttention(nn.Module):
