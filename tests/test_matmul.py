@@ -105,19 +105,25 @@ def test_linear_is_nn_linear():
     assert torch.allclose(linear(x, w, bias), F.linear(x, w, bias), atol=1e-5)
 
 
-def test_linear_without_autograd_adds_the_bias_with_the_same_bits():
-    """Without a gradient the bias is added as the kernel stores each product, and the weight may
-    come transposed into rows: the bits of the product followed by torch's `+`."""
-    x, w, bias = (torch.randn(5, 9, 66, generator=GEN) * 3, torch.randn(198, 66, generator=GEN),
-                  torch.randn(198, generator=GEN))
-    plain = matmul(x, w.t()) + bias
-    w.requires_grad_()
-    with_autograd = linear(x, w, bias)
+@pytest.mark.parametrize("shape", [(5, 9, 66), (300, 66), (4, 1, 66)])
+def test_linear_adds_the_bias_with_the_bits_of_plus(shape):
+    """The kernel adds the bias as it stores each product: the bits of the product followed by
+    torch's `+`, forward, in all three gradients, and without autograd from a weight transposed
+    into rows."""
+    x = (torch.randn(shape, generator=GEN) * 3).requires_grad_()
+    w = torch.randn(198, 66, generator=GEN, requires_grad=True)
+    bias = torch.randn(198, generator=GEN, requires_grad=True)
+    grad = torch.randn(*shape[:-1], 198, generator=GEN)
+    results = []
+    for f in (linear, lambda x, w, bias: matmul(x, w.t()) + bias):
+        y = f(x, w, bias)
+        y.backward(grad)
+        results.append([y.detach(), x.grad, w.grad, bias.grad])
+        x.grad = w.grad = bias.grad = None
+    assert all(torch.equal(a, b) for a, b in zip(*results))
     with torch.no_grad():
-        fused, from_rows = linear(x, w, bias), linear(x, w, bias, rows=w.t().contiguous())
-        one_token = linear(x[:, :1], w, bias, rows=w.t().contiguous())
-    assert torch.equal(with_autograd, plain) and torch.equal(fused, plain)
-    assert torch.equal(from_rows, plain) and torch.equal(one_token, plain[:, :1])
+        assert torch.equal(linear(x, w, bias), results[1][0])
+        assert torch.equal(linear(x, w, bias, rows=w.t().contiguous()), results[1][0])
 
 
 @pytest.mark.parametrize("bad", ["dtype", "shape"])

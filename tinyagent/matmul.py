@@ -142,16 +142,39 @@ def scores(q, k, causal):
     return _bmm(q, k.transpose(-2, -1), scale, causal)
 
 
+class _Linear(torch.autograd.Function):
+    """x (rows, in) @ weight.T + bias, the bias added as the kernel stores each product. The
+    gradients are autograd's for the product and `+`: the bias's is the column sums of the
+    output's, which torch computes over a (rows, out) gradient in the same order as over the
+    (..., out) one autograd would reduce."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return _bmm(x, weight.t(), bias=bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = _bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = _bmm(grad.t(), x) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
 def linear(x, weight, bias=None, rows=None):
-    """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel.
-    Without a gradient to record, the bias is added as each product is stored (the same bits as
-    `+`, one operator less), and `rows`, weight.T copied into rows (`Policy.fixed_weights`), spares
-    the kernel its copy of the transposed weight."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)) \
-            or not all(t.dtype == torch.float32 for t in (x, weight)) or x.shape[-1] != weight.shape[1] \
-            or bias is not None and (bias.dtype != torch.float32 or bias.shape != weight.shape[:1]
-                                     or not bias.is_contiguous()):
-        y = matmul(x, weight.t())           # autograd, another precision, or bad input's errors
+    """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel, the
+    bias added as each product is stored (the same bits as `+`, one operator less). Without a
+    gradient to record, `rows`, weight.T copied into rows (`Policy.fixed_weights`), spares the
+    kernel its copy of the transposed weight."""
+    if bias is None or not all(t.dtype == torch.float32 for t in (x, weight, bias)) \
+            or x.shape[-1] != weight.shape[1] or bias.shape != weight.shape[:1] \
+            or not bias.is_contiguous():
+        y = matmul(x, weight.t())           # another precision, no bias, or bad input's errors
         return y if bias is None else y + bias
-    b = weight.t() if rows is None else rows
-    return _bmm(x.reshape(-1, x.shape[-1]), b, bias=bias).view(*x.shape[:-1], b.shape[-1])
+    flat = x.reshape(-1, x.shape[-1])
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias)):
+        out = _Linear.apply(flat, weight, bias)
+    else:
+        out = _bmm(flat, weight.t() if rows is None else rows, bias=bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
