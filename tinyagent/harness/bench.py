@@ -71,10 +71,10 @@ def step_profile(steps=4):
     policy = load_rl_base()
     flops, plain = [0], matmul._bmm
 
-    def labelled(a, b, *epilogue):       # the kernel is not an aten operator: label and count it
+    def labelled(a, b, *args, **epilogue):   # the kernel is not an aten operator: label, count
         flops[0] += 2 * a.numel() * b.shape[-1]            # 2 M K N per product
         with record_function("tinyagent::matmul"):
-            return plain(a, b, *epilogue)
+            return plain(a, b, *args, **epilogue)
     matmul._bmm = labelled
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
