@@ -17,6 +17,9 @@ def test_an_unknown_baseline_is_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--against", "no-such-revision"])
     assert done.value.code == 2 and "not a commit" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["--rounds", "0"])
+    assert done.value.code == 2 and "positive number of alternations" in capsys.readouterr().err
 
 
 def test_the_profile_times_sampling_and_updating():

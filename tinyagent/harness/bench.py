@@ -2,6 +2,7 @@
 
     python -m tinyagent.harness.bench                # this code, then 26560f8 side by side, the ratio
     python -m tinyagent.harness.bench --against REV  # another revision as the baseline (needs git)
+    python -m tinyagent.harness.bench --rounds 8     # more alternations: a steadier ratio
 
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
@@ -132,18 +133,19 @@ def timed_revision(tree):
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def against(revision, rounds=2):
+def against(revision, rounds):
     """Seconds of one run + evaluation and of SFT_STEPS SFT steps, this code's and `revision`'s,
-    alternated `rounds` times; each side's best of each."""
+    alternated `rounds` times, each side first in every other round (on a shared host the second
+    of two runs back to back tends to be faster); each side's best of each."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "baseline"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
                        check=True, capture_output=True, text=True)
         try:
             times = {"this code": [], revision: []}
-            for _ in range(rounds):
-                times["this code"].append(timed_revision(None))
-                times[revision].append(timed_revision(tree))
+            for round_ in range(rounds):
+                for side in ((None, tree) if round_ % 2 == 0 else (tree, None)):
+                    times["this code" if side is None else revision].append(timed_revision(side))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
@@ -163,7 +165,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[2].replace("\n", " "))
     parser.add_argument("--against", default=BASELINE, metavar="REV",
                         help=f"the git revision to time side by side (default {BASELINE})")
+    parser.add_argument("--rounds", type=int, default=4, metavar="N",
+                        help="alternations of this code and the baseline; the best of each is "
+                             "compared (default 4)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be a positive number of alternations, got {args.rounds}")
     torch.set_num_threads(1)             # the pinned arithmetic is one thread's
     known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
                             f"{args.against}^{{commit}}"], capture_output=True, text=True)
@@ -189,10 +196,10 @@ def main(argv=None):
     floor = phases["matmul GFLOP"] / rate
     print(f"  floor: {phases['matmul GFLOP']:.2f} GFLOP of matrix products a step at the kernel's "
           f"{rate:.0f} GFLOP/s (768x66x198) = {floor:.3f} s; the step is {step / floor:.1f}x its floor")
-    best = against(args.against)
+    best = against(args.against, args.rounds)
     for part, what in (("total", "one run + evaluation"), ("sft", f"{SFT_STEPS} SFT steps")):
         ours, theirs = best["this code"][part], best[args.against][part]
-        print(f"{what}, best of two alternated: this code {ours:.1f} s, {args.against} "
+        print(f"{what}, best of {args.rounds} alternated: this code {ours:.1f} s, {args.against} "
               f"{theirs:.1f} s; ratio {ours / theirs:.2f}")
 
 
