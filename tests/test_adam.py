@@ -70,28 +70,62 @@ def test_adam_is_within_rounding_of_torchs():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_adam_resumes_exactly_from_its_state_dict_and_follows_a_scheduler():
+def test_adam_resumes_exactly_from_its_state_dict_and_follows_its_learning_rate():
     g = torch.Generator().manual_seed(5)
     grads = [torch.randn(40, generator=g) for _ in range(6)]
 
     def run(split):
         p = torch.zeros(40, requires_grad=True)
         opt = Adam([p], lr=1e-2)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s))
         for i, grad in enumerate(grads):
             if i == split:
                 state = opt.state_dict()
-                opt = Adam([p], lr=1e-2)
+                opt = Adam([p], lr=1.0)
                 opt.load_state_dict(state)
-                sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s),
-                                                          last_epoch=i - 1)
+            opt.lr = 1e-2 / (1 + i)
             p.grad = grad
             opt.step()
-            sched.step()
         return p.detach()
 
     assert torch.equal(run(split=None), run(split=3))
     assert not torch.equal(run(None), torch.zeros(40))
+
+
+def test_adam_follows_a_learning_rate_as_torchs_scheduler_sets_it():
+    """SFT sets `lr` itself each step, where a torch.optim.Adam would follow a LambdaLR."""
+    factor = lambda s: 1 / (1 + s)                                  # noqa: E731
+    ours = _train(lambda ps: _Scheduled(Adam(ps, lr=3e-3), factor))
+    theirs = _train(lambda ps: _Scheduled(torch.optim.Adam(ps, lr=3e-3, foreach=False), factor,
+                                          torch_scheduler=True), patch=True)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+class _Scheduled:
+    """An optimizer whose learning rate is 3e-3 * factor(step), set by hand or by LambdaLR."""
+
+    def __init__(self, opt, factor, torch_scheduler=False):
+        self.opt, self.factor, self.t = opt, factor, 0
+        self.sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if torch_scheduler else None
+
+    def step(self):
+        if self.sched is None:
+            self.opt.lr = 3e-3 * self.factor(self.t)
+        self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+        self.t += 1
+
+
+def test_a_state_for_other_parameters_is_refused():
+    state = Adam([torch.zeros(3, requires_grad=True)]).state_dict()
+    p = torch.zeros(3, requires_grad=True)
+    p.grad = torch.ones(3)
+    opt = Adam([p])
+    opt.step()
+    saved = opt.state_dict()
+    with pytest.raises(ValueError, match="other parameters"):
+        Adam([torch.zeros(4, requires_grad=True)]).load_state_dict(saved)
+    Adam([torch.zeros(3, requires_grad=True)]).load_state_dict(state)     # empty: nothing to check
 
 
 @pytest.mark.parametrize("kwargs", [dict(lr=0), dict(lr=-1e-3), dict(eps=0), dict(betas=(0.9, 1.0)),

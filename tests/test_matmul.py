@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tinyagent.arithmetic import torch_threads
 from tinyagent.grpo import frozen_copy
 from tinyagent.harness.runs import params_sha256
 from tinyagent.matmul import linear, matmul, scores, use_path
@@ -105,15 +106,26 @@ def test_linear_is_nn_linear():
     assert torch.allclose(linear(x, w, bias), F.linear(x, w, bias), atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(5, 9, 66), (300, 66), (4, 1, 66)])
-def test_linear_adds_the_bias_with_the_bits_of_plus(shape):
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(5, 9, 66), (300, 66), (4, 1, 66), (64, 90, 66)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_linear_adds_the_bias_with_the_bits_of_plus(shape, threads, transposed):
     """The kernel adds the bias as it stores each product: the bits of the product followed by
     torch's `+`, forward, in all three gradients, and without autograd from a weight transposed
-    into rows."""
+    into rows. On one thread, as RL trains, and two, as SFT does, and for an output gradient
+    that arrives transposed, as SFT's cross-entropy sends the head's: the order of the bias's sum
+    follows the gradient's strides."""
+    with torch_threads(threads):
+        _linear_against_plus(shape, transposed)
+
+
+def _linear_against_plus(shape, transposed):
     x = (torch.randn(shape, generator=GEN) * 3).requires_grad_()
     w = torch.randn(198, 66, generator=GEN, requires_grad=True)
     bias = torch.randn(198, generator=GEN, requires_grad=True)
     grad = torch.randn(*shape[:-1], 198, generator=GEN)
+    if transposed and len(shape) == 3:
+        grad = torch.randn(shape[0], 198, shape[1], generator=GEN).transpose(1, 2)
     results = []
     for f in (linear, lambda x, w, bias: matmul(x, w.t()) + bias):
         y = f(x, w, bias)

@@ -18,30 +18,55 @@ def exact_sqrt(x):
     return torch.from_numpy(np.sqrt(x.detach().contiguous().numpy()))
 
 
-class Adam(torch.optim.Optimizer):
-    """Adam (Kingma and Ba), without weight decay or AMSGrad: the optimizer of every run."""
+class Adam:
+    """Adam (Kingma and Ba), without weight decay or AMSGrad: the optimizer of every run. A plain
+    class, not a torch.optim.Optimizer: the step is the same, but constructing an Optimizer
+    imports torch._dynamo, about a second at the start of every process that trains. `lr` may be
+    changed between steps (SFT's cosine schedule)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
-        if not (lr > 0 and eps > 0 and all(0 <= b < 1 for b in betas) and len(betas) == 2):
+        betas = tuple(betas)
+        if not (lr > 0 and eps > 0 and len(betas) == 2 and all(0 <= b < 1 for b in betas)):
             raise ValueError(f"Adam needs lr > 0, eps > 0 and two betas in [0, 1); got lr={lr}, "
                              f"betas={betas}, eps={eps}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps))
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("Adam got no parameters to optimize")
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.state = {}                  # parameter index -> its step count and two moments
+
+    def zero_grad(self):
+        """Drop every gradient (None, as torch's optimizers do by default)."""
+        for p in self.params:
+            p.grad = None
 
     @torch.no_grad()
-    def step(self, closure=None):
-        loss = None if closure is None else torch.enable_grad()(closure)()
-        for group in self.param_groups:
-            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
-                state["step"] += 1
-                m, v, g, t = state["exp_avg"], state["exp_avg_sq"], p.grad, state["step"]
-                m.lerp_(g, 1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                denom = (exact_sqrt(v) / (1 - beta2 ** t) ** 0.5).add_(eps)
-                p.addcdiv_(m, denom, value=-(lr / (1 - beta1 ** t)))
-        return loss
+    def step(self):
+        """One update of every parameter that has a gradient."""
+        lr, (beta1, beta2), eps = self.lr, self.betas, self.eps
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            state = self.state.setdefault(i, {"step": 0, "exp_avg": torch.zeros_like(p),
+                                              "exp_avg_sq": torch.zeros_like(p)})
+            state["step"] += 1
+            m, v, g, t = state["exp_avg"], state["exp_avg_sq"], p.grad, state["step"]
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (exact_sqrt(v) / (1 - beta2 ** t) ** 0.5).add_(eps)
+            p.addcdiv_(m, denom, value=-(lr / (1 - beta1 ** t)))
+
+    def state_dict(self):
+        """The settings and every parameter's state (the tensors themselves, not copies)."""
+        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "state": self.state}
+
+    def load_state_dict(self, saved):
+        """Continue from `state_dict()`'s output, for the same parameters: copies, so that the
+        saved state is left as it was."""
+        shapes = {i: tuple(p.shape) for i, p in enumerate(self.params)}
+        if any(shapes.get(i) != tuple(s["exp_avg"].shape) for i, s in saved["state"].items()):
+            raise ValueError(f"the saved Adam state is for other parameters: its shapes do not "
+                             f"match these {len(self.params)} parameters'")
+        self.lr, self.betas, self.eps = saved["lr"], tuple(saved["betas"]), saved["eps"]
+        self.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"].clone(),
+                          "exp_avg_sq": s["exp_avg_sq"].clone()} for i, s in saved["state"].items()}

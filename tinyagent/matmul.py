@@ -143,22 +143,25 @@ def scores(q, k, causal):
 
 
 class _Linear(torch.autograd.Function):
-    """x (rows, in) @ weight.T + bias, the bias added as the kernel stores each product. The
-    gradients are autograd's for the product and `+`: the bias's is the column sums of the
-    output's, which torch computes over a (rows, out) gradient in the same order as over the
-    (..., out) one autograd would reduce."""
+    """x (..., in) @ weight.T + bias, the bias added as the kernel stores each product. The
+    gradients are autograd's for the product and `+`: the bias's is the sum of the output's over
+    its leading dimensions, taken from the gradient as it arrives (its strides decide how torch
+    orders the sum), as autograd's `+` takes it; the products get it flattened into rows."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return _bmm(x, weight.t(), bias=bias)
+        rows = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(rows, weight)
+        ctx.x_shape = x.shape
+        return _bmm(rows, weight.t(), bias=bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad_x = _bmm(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_weight = _bmm(grad.t(), x) if ctx.needs_input_grad[1] else None
-        grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+        rows, weight = ctx.saved_tensors
+        grad_bias = grad.sum(tuple(range(grad.dim() - 1))) if ctx.needs_input_grad[2] else None
+        grad = grad.reshape(-1, grad.shape[-1])
+        grad_x = _bmm(grad, weight).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
+        grad_weight = _bmm(grad.t(), rows) if ctx.needs_input_grad[1] else None
         return grad_x, grad_weight, grad_bias
 
 
@@ -172,9 +175,7 @@ def linear(x, weight, bias=None, rows=None):
             or not bias.is_contiguous():
         y = matmul(x, weight.t())           # another precision, no bias, or bad input's errors
         return y if bias is None else y + bias
-    flat = x.reshape(-1, x.shape[-1])
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias)):
-        out = _Linear.apply(flat, weight, bias)
-    else:
-        out = _bmm(flat, weight.t() if rows is None else rows, bias=bias)
+        return _Linear.apply(x, weight, bias)
+    out = _bmm(x.reshape(-1, x.shape[-1]), weight.t() if rows is None else rows, bias=bias)
     return out.view(*x.shape[:-1], weight.shape[0])

@@ -122,16 +122,21 @@ def sft_loss(policy, tokens, mask):
     return (nll * target_mask).sum() / target_mask.sum()
 
 
+def cosine_factor(step, steps):
+    """The learning rate's share at `step` of `steps`: 1 at the start, down to 0 along half a
+    cosine (computed in float32, as the SFT that built the shipped checkpoint computed it)."""
+    return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * step / steps)).item())
+
+
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
     threads (so the bytes do not depend on OMP_NUM_THREADS)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = Adam(policy.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + torch.cos(torch.tensor(torch.pi * s / cfg.steps)).item()))
     losses = []
     with torch_threads(cfg.threads):
         for step in range(cfg.steps):
+            opt.lr = cfg.lr * cosine_factor(step, cfg.steps)
             idx = torch.randint(tokens.shape[0], (cfg.batch_size,), generator=gen)
             batch_tokens, batch_mask = tokens[idx], mask[idx]
             T = int(batch_mask.any(0).nonzero().max()) + 1               # trim trailing padding
@@ -139,7 +144,6 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            sched.step()
             losses.append(loss.item())
             if progress and step % 100 == 0:
                 print(f"sft step {step:5d}  loss {loss.item():.4f}", flush=True)
