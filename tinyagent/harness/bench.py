@@ -156,7 +156,8 @@ def against(revision, rounds):
 def side_by_side(seeds=(0, 1)):
     """Wall-clock seconds for one run per seed, each in its own worker process at one thread."""
     start = time.perf_counter()
-    with ProcessPoolExecutor(len(seeds), mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(len(seeds), mp_context=get_context("spawn"),
+                             initializer=torch.set_num_threads, initargs=(1,)) as pool:
         list(pool.map(timed_run, seeds))
     return time.perf_counter() - start
 
