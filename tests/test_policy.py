@@ -44,8 +44,9 @@ def test_fixed_weights_change_no_bit_and_stop_no_gradient():
 
 
 def test_a_prefix_decoded_in_inference_mode_first_still_trains():
-    """The causal mask is made once per length; made first by a rollout (in inference mode) it
-    must still be a tensor autograd can save."""
+    """Nothing a rollout leaves behind in inference mode may stop training: autograd cannot save
+    an inference tensor (an earlier causal mask, cached per length and made first by a rollout,
+    did exactly that)."""
     policy, idx = Policy(seed=2), torch.zeros(2, 7, dtype=torch.long)
     with torch.inference_mode():
         policy.prefill(idx, policy.new_cache(2))
