@@ -234,7 +234,7 @@ class TrainingState:
     """What a run carries from one call of `train_rl` to the next: Adam's moments, the one random
     generator and the next step's number. Passing the same state to a second call continues the
     run: 40 steps and then 40 more give the bits of 80."""
-    optimizer: torch.optim.Optimizer
+    optimizer: Adam
     generator: torch.Generator
     step: int = 0
 
