@@ -4,7 +4,9 @@ BLAS libraries pick their kernels and blocking by the CPU they find; under MKL's
 branch the policy's forward pass still matched across Intel and AMD, but its first optimizer step
 did not. So every product the policy computes (its linear layers and attention, forward and
 backward) goes through one small C kernel (matmul.c) that sums each element over k in a fixed
-order with fused multiply-adds. Its bits depend only on its operands.
+order with fused multiply-adds. Its bits depend only on its operands. The kernel also finishes
+what follows a product, in the same pass and with torch's bits: attention's scale and causal mask
+(`scores`), and a linear layer's bias (`linear`).
 """
 import ctypes
 import math
@@ -115,7 +117,7 @@ class _Scores(torch.autograd.Function):
     def backward(ctx, grad):
         q, k = ctx.saved_tensors
         grad = grad.contiguous()
-        g = torch.empty_like(grad)            # autograd's masked_fill and multiply, undone
+        g = torch.empty_like(grad)            # through the mask and the scale, as autograd goes
         _lib.tiny_scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
                               grad.shape[-1], grad.data_ptr(), g.data_ptr(), ctx.scale, ctx.causal)
         grad_q = _bmm(g, k) if ctx.needs_input_grad[0] else None
