@@ -277,14 +277,15 @@ static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K,
     return rows;
 }
 
-/* Attention's epilogue on one (M, N) slice of C: each element times `scale` (one rounding, as
-   torch multiplies a float32 tensor by a Python number: by that number rounded to float32), and
-   with `causal` the future, column j > row i, set to -inf. */
-static void epilogue(float *C, int M, int N, float scale, int causal)
+/* out = in * scale for one (M, N) slice (one rounding, as torch multiplies a float32 tensor by a
+   Python number: by that number rounded to float32), and with `causal` the future, column j > row
+   i, set to `future`: attention's scores (-inf) and their gradient (0). `out` may be `in`. */
+static void scale_past(const float *in, float *out, int M, int N, float scale, int causal,
+                       float future)
 {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            C[(size_t)i * N + j] = causal && j > i ? -INFINITY : C[(size_t)i * N + j] * scale;
+            out[(size_t)i * N + j] = causal && j > i ? future : in[(size_t)i * N + j] * scale;
 }
 
 /* A linear layer's epilogue: bias[j] added to column j (one rounding, as torch's addition). */
@@ -295,7 +296,7 @@ static void add_bias(float *C, int M, int N, const float *bias)
 }
 
 /* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset).
-   With scale != 1 or causal, each product then goes through `epilogue` (attention's scores);
+   With scale != 1 or causal, each product is then scaled, its future at -inf (attention's scores);
    with a `bias` (N floats), through `add_bias` (a linear layer's). */
 int tiny_bmm(int nb1, int nb2, int M, int N, int K,
              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
@@ -318,7 +319,8 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                 if (path == 3) avx512_single_row_products(n, a, sak, b, sbk, c, K, N);
                 else avx2_single_row_products(n, a, sak, b, sbk, c, K, N);
                 for (int t = 0; t < n; t++) {
-                    if (scale != 1.0f || causal) epilogue(c[t], 1, N, scale, causal);
+                    if (scale != 1.0f || causal)
+                        scale_past(c[t], c[t], 1, N, scale, causal, -INFINITY);
                     if (bias) add_bias(c[t], 1, N, bias);
                 }
                 n = 0;
@@ -334,19 +336,17 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                          rows ? as_rows(b, sbk, sbn, K, N, rows) : b, rows ? N : sbk,
                          C + ((size_t)b1 * nb2 + b2) * M * N, 0, 0};
             compute(p, path);
-            if (scale != 1.0f || causal) epilogue(p.C, M, N, scale, causal);
+            if (scale != 1.0f || causal) scale_past(p.C, p.C, M, N, scale, causal, -INFINITY);
             if (bias) add_bias(p.C, M, N, bias);
         }
     free(rows);
     return 0;
 }
 
-/* The gradient of the scores' epilogue, for n contiguous (M, N) slices: out = grad * scale, and
-   0 at the future with `causal` (what autograd computes for the masked fill and the multiply). */
+/* The gradient of the scores, for n contiguous (M, N) slices: grad * scale, and 0 at the future
+   with `causal` (what autograd computes for the masked fill and the multiply). */
 void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale, int causal)
 {
     for (int s = 0; s < n; s++, grad += (size_t)M * N, out += (size_t)M * N)
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++)
-                out[(size_t)i * N + j] = causal && j > i ? 0.0f : grad[(size_t)i * N + j] * scale;
+        scale_past(grad, out, M, N, scale, causal, 0.0f);
 }
