@@ -9,6 +9,11 @@ from setuptools import Extension, setup
 # give the same bits (the order of every operation is the code's); these give speed.
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 flags = ["-O3", "-ffp-contract=off"] + (["-mavx2", "-mfma"] if x86 else [])
+# On Linux both share large work between threads with OpenMP, linked as libgomp.so.1: the soname
+# of the copy torch's wheel ships and loads first, so the kernels' threads are torch's own pool.
+# Elsewhere (Apple's compiler has no -fopenmp) they are built without it and run on one thread.
+openmp = ["-fopenmp"] if platform.system() == "Linux" else []
 setup(ext_modules=[Extension(f"tinyagent._{stem}", sources=[f"tinyagent/{stem}.c"],
-                             extra_compile_args=flags, libraries=["m"])
+                             extra_compile_args=flags + openmp, extra_link_args=openmp,
+                             libraries=["m"])
                    for stem in ("matmul", "gelu")])

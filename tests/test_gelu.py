@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from tinyagent.arithmetic import torch_threads
 from tinyagent.gelu import gelu, gelu_expression
 
 GEN = torch.Generator().manual_seed(0)
@@ -27,6 +28,17 @@ def test_gelu_is_the_expression_bit_for_bit(shape, spread):
     assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
     with torch.no_grad():
         assert torch.equal(gelu(x), theirs[0])
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_long_tensor_shared_between_threads_gets_the_same_bits(threads):
+    """Long enough to be split between torch's threads, forward and backward."""
+    x, grad = torch.randn(64, 40, 264, generator=GEN), torch.randn(64, 40, 264, generator=GEN)
+    with torch_threads(1):
+        alone = forward_and_gradient(gelu, x, grad)
+    with torch_threads(threads):
+        shared = forward_and_gradient(gelu, x, grad)
+    assert torch.equal(shared[0], alone[0]) and torch.equal(shared[1], alone[1])
 
 
 def test_gelu_of_a_strided_input_and_gradient():

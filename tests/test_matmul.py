@@ -79,6 +79,34 @@ def test_one_row_products_of_a_batch_give_each_products_bits(k, n):
         use_path("fastest")
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("a_shape,b_shape", [((700, 66), (66, 264)),            # split by rows
+                                             ((264, 2600), (2600, 66)),         # long k, by rows
+                                             ((3, 2, 90, 66), (3, 2, 66, 90))])  # by batch entries
+def test_bits_do_not_depend_on_the_number_of_threads(a_shape, b_shape, threads):
+    """A large product is shared between torch's threads, by runs of rows or by batch entries;
+    each element is still one thread's chain, so any number of threads gives one thread's bits,
+    with B adjacent or strided (copied into rows per entry)."""
+    a, b = torch.randn(*a_shape, generator=GEN), torch.randn(*b_shape, generator=GEN)
+    strided = b.transpose(-2, -1).contiguous().transpose(-2, -1)
+    with torch_threads(1):
+        alone = matmul(a, b)
+    with torch_threads(threads):
+        assert torch.equal(matmul(a, b), alone)
+        assert torch.equal(matmul(a, strided), alone)
+
+
+def test_causal_scores_split_by_rows_keep_each_rows_future():
+    """One long sequence's scores are split between threads by rows: the mask of each run of
+    rows starts at its own row, as the whole product's does."""
+    q, k = torch.randn(1, 1, 200, 11, generator=GEN), torch.randn(1, 1, 200, 11, generator=GEN)
+    with torch_threads(1):
+        alone = scores(q, k, causal=True)
+    with torch_threads(2):
+        assert torch.equal(scores(q, k, causal=True), alone)
+    assert torch.isinf(alone[0, 0]).sum() == 200 * 199 // 2
+
+
 def test_batched_and_transposed_operands():
     a = torch.randn(2, 3, 9, 11, generator=GEN)
     b = torch.randn(2, 3, 7, 11, generator=GEN).transpose(2, 3)          # a strided view

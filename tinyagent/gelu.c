@@ -7,24 +7,32 @@
    precision torch computes it (a float32 tensor times a Python number is a float32 product with
    that number rounded to float32), and the file is compiled with -ffp-contract=off, so that no
    multiply and add fuse into one rounding: the bits are torch's, which tests/test_gelu.py checks.
+   A long tensor is shared between the threads torch is set to use (OpenMP, the runtime torch
+   loaded); each element is computed alone, so the bits do not depend on the number of threads.
    Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/gelu.py. */
 #include <stddef.h>
+
+/* Below this many elements, waking other threads costs more than it saves. */
+#define THREADED _Pragma("omp parallel for if (n >= 32768) schedule(static)")
 
 /* u = x * c, the argument of erf. */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u)
 {
+    THREADED
     for (size_t i = 0; i < n; i++) u[i] = x[i] * c;
 }
 
 /* y = (x * 0.5) * (1 + e), with e = erf(x * c). */
 void gelu_forward(size_t n, const float *x, const float *e, float *y)
 {
+    THREADED
     for (size_t i = 0; i < n; i++) y[i] = (x[i] * 0.5f) * (e[i] + 1.0f);
 }
 
 /* m = -(u * u) with u = x * c: erf's derivative is k * exp(m). */
 void gelu_exp_argument(size_t n, const float *x, float c, float *m)
 {
+    THREADED
     for (size_t i = 0; i < n; i++) {
         float u = x[i] * c;
         m[i] = -(u * u);
@@ -36,6 +44,7 @@ void gelu_exp_argument(size_t n, const float *x, float c, float *m)
 void gelu_backward(size_t n, const float *x, const float *e, const float *expm, const float *g,
                    float c, float k, float *gx)
 {
+    THREADED
     for (size_t i = 0; i < n; i++) {
         float half = x[i] * 0.5f, one_plus = e[i] + 1.0f;
         float through_half = (g[i] * one_plus) * 0.5f;

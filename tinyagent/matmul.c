@@ -12,10 +12,16 @@
    A is read through any strides (its elements are broadcast one at a time), B through any strides
    (a B whose columns are not adjacent, such as a transposed weight, is first copied into rows
    here, which moves numbers and rounds nothing), C is contiguous.
+   A large product is split between threads by rows, or by batch entries (OpenMP, the runtime
+   torch itself loaded, so its idle threads are the ones that help); each element is still one
+   thread's chain in the same order, so the bits do not depend on the number of threads either.
    Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/matmul.py. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define KCHUNK 256
 
@@ -277,15 +283,31 @@ static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K,
     return rows;
 }
 
-/* out = in * scale for one (M, N) slice (one rounding, as torch multiplies a float32 tensor by a
-   Python number: by that number rounded to float32), and with `causal` the future, column j > row
-   i, set to `future`: attention's scores (-inf) and their gradient (0). `out` may be `in`. */
-static void scale_past(const float *in, float *out, int M, int N, float scale, int causal,
-                       float future)
+/* out = in * scale for M rows of an (., N) slice, the first being row `row0` (one rounding, as
+   torch multiplies a float32 tensor by a Python number: by that number rounded to float32), and
+   with `causal` the future, column j > row i, set to `future`: attention's scores (-inf) and their
+   gradient (0). `out` may be `in`. */
+static void scale_past(const float *in, float *out, int row0, int M, int N, float scale,
+                       int causal, float future)
 {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++)
-            out[(size_t)i * N + j] = causal && j > i ? future : in[(size_t)i * N + j] * scale;
+            out[(size_t)i * N + j] = causal && j > row0 + i ? future
+                                                            : in[(size_t)i * N + j] * scale;
+}
+
+/* How many threads share a product of `work` multiply-adds: those torch is set to use (its
+   set_num_threads sets OpenMP's count in this same runtime), unless the product is too small to
+   repay waking them, or we are already inside a parallel region. */
+#define THREADED_WORK 200000.0
+static int threads_for(double work)
+{
+#ifdef _OPENMP
+    if (work >= THREADED_WORK && !omp_in_parallel()) return omp_get_max_threads();
+#else
+    (void)work;
+#endif
+    return 1;
 }
 
 /* A linear layer's epilogue: bias[j] added to column j (one rounding, as torch's addition). */
@@ -293,6 +315,37 @@ static void add_bias(float *C, int M, int N, const float *bias)
 {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) C[(size_t)i * N + j] += bias[j];
+}
+
+/* A batch of products, as tiny_bmm receives it, and how it is cut into work items. */
+typedef struct {
+    int nb2, M, N, K;
+    const float *A; ptrdiff_t sa1, sa2, sam, sak;
+    const float *B; ptrdiff_t sb1, sb2, sbk, sbn;
+    float *C; float scale; int causal; const float *bias;
+    float *rows;                    /* NULL, or scratch for every entry's B copied into rows */
+    int path, pieces, piece;        /* each entry's M rows in `pieces` runs of `piece` rows */
+} batch;
+
+/* Batch entry b's B, copied into its rows of the scratch. */
+static void copy_rows(const batch *w, int b)
+{
+    as_rows(w->B + b / w->nb2 * w->sb1 + b % w->nb2 * w->sb2, w->sbk, w->sbn, w->K, w->N,
+            w->rows + (size_t)b * w->K * w->N);
+}
+
+/* Work item `item`: one run of rows of one entry's product, scaled, masked and biased. */
+static void compute_item(const batch *w, int item)
+{
+    int b = item / w->pieces, i0 = item % w->pieces * w->piece;
+    int m = w->M - i0 < w->piece ? w->M - i0 : w->piece, b1 = b / w->nb2, b2 = b % w->nb2;
+    product p = {m, w->N, w->K, w->A + b1 * w->sa1 + b2 * w->sa2 + i0 * w->sam, w->sam, w->sak,
+                 w->rows ? w->rows + (size_t)b * w->K * w->N : w->B + b1 * w->sb1 + b2 * w->sb2,
+                 w->rows ? w->N : w->sbk, w->C + ((size_t)b * w->M + i0) * w->N, 0, 0};
+    compute(p, w->path);
+    if (w->scale != 1.0f || w->causal)
+        scale_past(p.C, p.C, i0, m, w->N, w->scale, w->causal, -INFINITY);
+    if (w->bias) add_bias(p.C, m, w->N, w->bias);
 }
 
 /* Returns 0, or -1 when the scratch rows for a strided B cannot be allocated (C is then unset).
@@ -320,7 +373,7 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
                 else avx2_single_row_products(n, a, sak, b, sbk, c, K, N);
                 for (int t = 0; t < n; t++) {
                     if (scale != 1.0f || causal)
-                        scale_past(c[t], c[t], 1, N, scale, causal, -INFINITY);
+                        scale_past(c[t], c[t], 0, 1, N, scale, causal, -INFINITY);
                     if (bias) add_bias(c[t], 1, N, bias);
                 }
                 n = 0;
@@ -328,17 +381,31 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
         return 0;
     }
 #endif
-    if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * (size_t)K * N))) return -1;
-    for (int b1 = 0; b1 < nb1; b1++)
-        for (int b2 = 0; b2 < nb2; b2++) {
-            const float *b = B + b1 * sb1 + b2 * sb2;
-            product p = {M, N, K, A + b1 * sa1 + b2 * sa2, sam, sak,
-                         rows ? as_rows(b, sbk, sbn, K, N, rows) : b, rows ? N : sbk,
-                         C + ((size_t)b1 * nb2 + b2) * M * N, 0, 0};
-            compute(p, path);
-            if (scale != 1.0f || causal) scale_past(p.C, p.C, M, N, scale, causal, -INFINITY);
-            if (bias) add_bias(p.C, M, N, bias);
+    int nb = nb1 * nb2, threads = threads_for((double)nb * M * N * K);
+    size_t kn = (size_t)K * N;
+    if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * kn * nb))) return -1;
+    /* Work items: each batch entry, cut into `pieces` runs of rows when there are fewer entries
+       than threads (a piece a multiple of both paths' block heights, 6 and 8). */
+    int pieces = nb >= threads ? 1 : (threads + nb - 1) / nb;
+    int piece = ((M + pieces - 1) / pieces + 23) / 24 * 24;
+    if (piece == 0) piece = 1;
+    pieces = (M + piece - 1) / piece;
+    batch job = {nb2, M, N, K, A, sa1, sa2, sam, sak, B, sb1, sb2, sbk, sbn, C, scale, causal,
+                 bias, rows, path, pieces, piece};
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+            if (rows) {
+#pragma omp for schedule(static)
+                for (int b = 0; b < nb; b++) copy_rows(&job, b);
+            }
+#pragma omp for schedule(static)
+            for (int item = 0; item < nb * pieces; item++) compute_item(&job, item);
         }
+    } else {
+        for (int b = 0; rows && b < nb; b++) copy_rows(&job, b);
+        for (int item = 0; item < nb * pieces; item++) compute_item(&job, item);
+    }
     free(rows);
     return 0;
 }
@@ -348,5 +415,5 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
 void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale, int causal)
 {
     for (int s = 0; s < n; s++, grad += (size_t)M * N, out += (size_t)M * N)
-        scale_past(grad, out, M, N, scale, causal, 0.0f);
+        scale_past(grad, out, 0, M, N, scale, causal, 0.0f);
 }
