@@ -8,8 +8,9 @@ the same bits on any CPU), Adam's square root is the correctly rounded one (adam
 remains of a run is chosen by two pins:
 
     library (what of ours runs on it)          pin
-    tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's
-      product of the policy, forward and back)
+    tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's,
+      product of the policy, forward and back)    on any number of threads (each element is
+                                                  one thread's chain)
     tinyagent/gelu.c (GELU's additions and      none: IEEE 754 rounds each alike (compiled
       multiplications, forward and back)          without fused multiply-adds)
     the CPU's square root (Adam's, adam.py)     none: IEEE 754 defines one result (torch.sqrt

@@ -385,9 +385,9 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
     size_t kn = (size_t)K * N;
     if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * kn * nb))) return -1;
     /* Work items: each batch entry, cut into `pieces` runs of rows when there are fewer entries
-       than threads (a piece a multiple of both paths' block heights, 6 and 8). */
+       than threads (a piece a multiple of 8 rows, the AVX-512 block height). */
     int pieces = nb >= threads ? 1 : (threads + nb - 1) / nb;
-    int piece = ((M + pieces - 1) / pieces + 23) / 24 * 24;
+    int piece = ((M + pieces - 1) / pieces + 7) / 8 * 8;
     if (piece == 0) piece = 1;
     pieces = (M + piece - 1) / piece;
     batch job = {nb2, M, N, K, A, sa1, sa2, sam, sak, B, sb1, sb2, sbk, sbn, C, scale, causal,
