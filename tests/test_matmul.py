@@ -1,6 +1,7 @@
 """The policy's matrix kernel: right to float32 precision, and with bits that depend on the
 operands alone (not on how the kernel blocks them, so not on the CPU)."""
 import math
+import sys
 
 import pytest
 import torch
@@ -94,6 +95,17 @@ def test_bits_do_not_depend_on_the_number_of_threads(a_shape, b_shape, threads):
     with torch_threads(threads):
         assert torch.equal(matmul(a, b), alone)
         assert torch.equal(matmul(a, strided), alone)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OpenMP is built in on Linux")
+def test_the_kernels_share_torchs_openmp_runtime():
+    """The kernels link libgomp.so.1, the soname of the copy torch ships, so the process holds
+    one OpenMP runtime: the kernels' threads are torch's idle workers, not a second pool that
+    would compete with them for the cores."""
+    import tinyagent.gelu  # noqa: F401  (both kernels loaded)
+    with open("/proc/self/maps") as maps:
+        runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
+    assert len(runtimes) == 1, runtimes
 
 
 def test_causal_scores_split_by_rows_keep_each_rows_future():
