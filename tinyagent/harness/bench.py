@@ -141,6 +141,18 @@ def timed_revision(tree):
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def build_kernels(tree):
+    """Compile the C kernels of the revision checked out in `tree` beside its sources (one that
+    has them: tinyagent/matmul.c onwards), as `pip install -e .` would, so that its package runs
+    from PYTHONPATH with its own kernels and not this code's."""
+    if not (tree / "tinyagent" / "matmul.c").exists():
+        return
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"building the C kernels in {tree} failed:\n{done.stderr[-2000:]}")
+
+
 def against(revision, rounds):
     """Seconds of one run + evaluation and of SFT_STEPS SFT steps, this code's and `revision`'s,
     alternated `rounds` times, each side first in every other round (on a shared host the second
@@ -150,6 +162,7 @@ def against(revision, rounds):
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
                        check=True, capture_output=True, text=True)
         try:
+            build_kernels(tree)
             times = {"this code": [], revision: []}
             for round_ in range(rounds):
                 for side in ((None, tree) if round_ % 2 == 0 else (tree, None)):
