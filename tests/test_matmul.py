@@ -97,6 +97,21 @@ def test_bits_do_not_depend_on_the_number_of_threads(a_shape, b_shape, threads):
         assert torch.equal(matmul(a, strided), alone)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scores_gradient_shared_between_threads_is_the_composed_operators(threads):
+    """Enough (T, T) slices for the gradient's products to be shared between threads by batch
+    entries: the bits of product, scale and mask composed, on one thread or two."""
+    q, k = torch.randn(64, 6, 30, 11, generator=GEN), torch.randn(64, 6, 30, 11, generator=GEN)
+    grad = torch.randn(64, 6, 30, 30, generator=GEN)
+    grads = []
+    for f in (scores, composed_scores):
+        a, b = q.clone().requires_grad_(), k.clone().requires_grad_()
+        with torch_threads(threads):
+            f(a, b, True).backward(grad)
+        grads.append((a.grad, b.grad))
+    assert all(torch.equal(x, y) for x, y in zip(*grads))
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OpenMP is built in on Linux")
 def test_the_kernels_share_torchs_openmp_runtime():
     """The kernels link libgomp.so.1, the soname of the copy torch ships, so the process holds
