@@ -392,7 +392,8 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
     pieces = (M + piece - 1) / piece;
     batch job = {nb2, M, N, K, A, sa1, sa2, sam, sak, B, sb1, sb2, sbk, sbn, C, scale, causal,
                  bias, rows, path, pieces, piece};
-    if (threads > 1) {
+    if (threads > 1) {                    /* on one thread no parallel region is entered at
+                                             all: a run calls the kernel ~900 times a step */
 #pragma omp parallel num_threads(threads)
         {
             if (rows) {
