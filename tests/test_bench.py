@@ -1,10 +1,14 @@
 """Tests of tinyagent.harness.bench (its numbers are machine-dependent and not asserted): it parses its
-command line before running anything, and its profile finds both halves of train_rl's steps."""
-import pytest
+command line before running anything, its profile finds both halves of train_rl's steps, its rates
+divide the right work by the right time, and it builds a baseline's C kernels only where they exist."""
+import shutil
+import time
 
+import pytest
 import torch
 
-from tinyagent.harness.bench import PHASES, kernel_rate, main, step_profile
+from tinyagent.harness.bench import PHASES, build_kernels, kernel_rate, main, step_profile
+from tinyagent.harness.cache import ROOT
 
 
 def test_help_prints_usage_without_running_the_benchmark(capsys):
@@ -30,8 +34,28 @@ def test_the_profile_times_sampling_and_updating():
     assert shares["matrix multiplies"] > 0 and phases["matmul GFLOP"] > 0
 
 
-def test_both_floors_rates_time_a_product():
-    """The kernel's rate and the pinned sgemm's, on a small product: positive and finite."""
-    for multiply in (None, torch.matmul):
-        rate = kernel_rate(multiply, shape=(8, 6, 5), repeats=2)
-        assert 0 < rate < float("inf")
+def test_a_rate_counts_two_flops_per_multiply_add_over_the_best_pass():
+    """kernel_rate times three passes of `repeats` products and divides 2 M K N per product by the
+    best pass: with a product that takes at least 2 ms, the rate cannot exceed that bound."""
+    calls = []
+
+    def slow(a, b):
+        calls.append((tuple(a.shape), tuple(b.shape)))
+        time.sleep(0.002)
+    rate = kernel_rate(slow, shape=(8, 6, 5), repeats=2)
+    assert calls == [((1, 8, 6), (1, 6, 5))] * 6
+    assert 0 < rate <= 2 * 8 * 6 * 5 / 0.002 / 1e9
+    assert kernel_rate(torch.matmul, shape=(8, 6, 5), repeats=2) > 0
+
+
+def test_a_baseline_without_c_kernels_is_left_alone_and_a_failed_build_is_named(tmp_path):
+    """build_kernels compiles only a revision that has tinyagent/matmul.c, and a compiler error
+    stops the bench with the tree's name instead of a baseline that imports this code's kernels."""
+    build_kernels(tmp_path)                                    # 26560f8's kind: nothing to build
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "tinyagent").mkdir()
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    (tmp_path / "tinyagent" / "matmul.c").write_text("this is not C\n")
+    (tmp_path / "tinyagent" / "gelu.c").write_text("this is not C either\n")
+    with pytest.raises(RuntimeError, match="building the C kernels in"):
+        build_kernels(tmp_path)
