@@ -11,7 +11,8 @@
    SFT batch, finds its chunk of B in the cache.
    A is read through any strides (its elements are broadcast one at a time), B through any strides
    (a B whose columns are not adjacent, such as a transposed weight, is first copied into rows
-   here, which moves numbers and rounds nothing), C is contiguous.
+   here, which moves numbers and rounds nothing), C is contiguous. Causal scores skip the blocks
+   that lie wholly in the future, which the mask then sets to -inf.
    A large product is split between threads by rows, or by batch entries (OpenMP, the runtime
    torch itself loaded, so its idle threads are the ones that help); each element is still one
    thread's chain in the same order, so the bits do not depend on the number of threads either.
@@ -31,17 +32,28 @@ typedef struct {
     const float *B; ptrdiff_t sbk;         /* B[k][j] = B[k * sbk + j] */
     float *C;                              /* C[i][j] = C[i * N + j] */
     int k0, k1;                            /* this pass adds k0 .. k1-1 to what C holds */
+    int causal, row0;                      /* with causal, row i is row row0 + i of the scores,
+                                              and its columns past row0 + i are masked after */
 } product;
 
 #define A_(p, i, k) ((p)->A[(ptrdiff_t)(i) * (p)->sam + (ptrdiff_t)(k) * (p)->sak])
 #define B_(p, k, j) ((p)->B + (ptrdiff_t)(k) * (p)->sbk + (j))
 #define C_(p, i, j) ((p)->C + (size_t)(i) * (p)->N + (j))
 
+/* The columns that rows i .. i+rows-1 need: all N, or with a causal mask those up to the last
+   row's own position, since every later one is set to -inf after the product (causal scores,
+   half of whose elements are future). Which elements are computed changes none of their bits. */
+static int needed_columns(const product *p, int i, int rows)
+{
+    int last = p->row0 + i + rows;
+    return p->causal && last < p->N ? last : p->N;
+}
+
 /* The definition itself, element by element. */
 static void scalar_product(const product *p)
 {
     for (int i = 0; i < p->M; i++)
-        for (int j = 0; j < p->N; j++) {
+        for (int j = 0, n = needed_columns(p, i, 1); j < n; j++) {
             float c = p->k0 ? *C_(p, i, j) : 0.0f;
             for (int k = p->k0; k < p->k1; k++) c = fmaf(A_(p, i, k), *B_(p, k, j), c);
             *C_(p, i, j) = c;
@@ -96,9 +108,9 @@ static inline __attribute__((always_inline)) void avx2_edge_block(const product 
    not stored. (The policy's widths, 66 and head size 11, end in such columns; computed one at a
    time they cost as much as the rest of the product.) */
 static inline __attribute__((always_inline)) void avx2_last_columns(const product *p, int i,
-                                                                    int rows, int j)
+                                                                    int rows, int j, int n)
 {
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(p->N - j),
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j),
                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256 c[ROWS];
     for (int r = 0; r < rows; r++)
@@ -111,23 +123,23 @@ static inline __attribute__((always_inline)) void avx2_last_columns(const produc
     for (int r = 0; r < rows; r++) _mm256_maskstore_ps(C_(p, i + r, j), mask, c[r]);
 }
 
-/* Rows i .. i+rows-1, the columns from j on, 8 at a time. */
+/* Rows i .. i+rows-1, the columns j .. n-1, 8 at a time. */
 static inline __attribute__((always_inline)) void avx2_edges(const product *p, int i, int rows,
-                                                             int j)
+                                                             int j, int n)
 {
-    for (; j + 8 <= p->N; j += 8) avx2_edge_block(p, i, rows, j);
-    if (j < p->N) avx2_last_columns(p, i, rows, j);
+    for (; j + 8 <= n; j += 8) avx2_edge_block(p, i, rows, j);
+    if (j < n) avx2_last_columns(p, i, rows, j, n);
 }
 
 static void avx2_product(const product *p)
 {
     for (int i = 0; i < p->M; i += ROWS) {
-        int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0;
+        int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0, n = needed_columns(p, i, rows);
         if (rows == ROWS)
-            for (; j + 16 <= p->N; j += 16) avx2_full_block(p, i, j);
-        if (rows == ROWS) avx2_edges(p, i, ROWS, j);
-        else if (rows == 1) avx2_edges(p, i, 1, j);              /* one-token decoding */
-        else avx2_edges(p, i, rows, j);
+            for (; j + 16 <= n; j += 16) avx2_full_block(p, i, j);
+        if (rows == ROWS) avx2_edges(p, i, ROWS, j, n);
+        else if (rows == 1) avx2_edges(p, i, 1, j, n);           /* one-token decoding */
+        else avx2_edges(p, i, rows, j, n);
     }
 }
 
@@ -206,11 +218,11 @@ AVX512 static inline __attribute__((always_inline)) void avx512_edge_block(
 AVX512 static void avx512_product(const product *p)
 {
     for (int i = 0; i < p->M; i += ROWS16) {
-        int rows = p->M - i < ROWS16 ? p->M - i : ROWS16, j = 0;
+        int rows = p->M - i < ROWS16 ? p->M - i : ROWS16, j = 0, n = needed_columns(p, i, rows);
         if (rows == ROWS16)
-            for (; j + 32 <= p->N; j += 32) avx512_full_block(p, i, j);
-        for (; j < p->N; j += 16) {
-            __mmask16 mask = p->N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (p->N - j)) - 1);
+            for (; j + 32 <= n; j += 32) avx512_full_block(p, i, j);
+        for (; j < n; j += 16) {
+            __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
             if (rows == ROWS16) avx512_edge_block(p, i, ROWS16, j, mask);
             else if (rows == 1) avx512_edge_block(p, i, 1, j, mask);     /* one-token decoding */
             else avx512_edge_block(p, i, rows, j, mask);
@@ -290,10 +302,11 @@ static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K,
 static void scale_past(const float *in, float *out, int row0, int M, int N, float scale,
                        int causal, float future)
 {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++)
-            out[(size_t)i * N + j] = causal && j > row0 + i ? future
-                                                            : in[(size_t)i * N + j] * scale;
+    for (int i = 0; i < M; i++, in += N, out += N) {
+        int past = causal && row0 + i + 1 < N ? row0 + i + 1 : N;    /* columns 0 .. past-1 */
+        for (int j = 0; j < past; j++) out[j] = in[j] * scale;     /* (vectorized by -O3) */
+        for (int j = past; j < N; j++) out[j] = future;
+    }
 }
 
 /* How many threads share a product of `work` multiply-adds: those torch is set to use (its
@@ -341,7 +354,8 @@ static void compute_item(const batch *w, int item)
     int m = w->M - i0 < w->piece ? w->M - i0 : w->piece, b1 = b / w->nb2, b2 = b % w->nb2;
     product p = {m, w->N, w->K, w->A + b1 * w->sa1 + b2 * w->sa2 + i0 * w->sam, w->sam, w->sak,
                  w->rows ? w->rows + (size_t)b * w->K * w->N : w->B + b1 * w->sb1 + b2 * w->sb2,
-                 w->rows ? w->N : w->sbk, w->C + ((size_t)b * w->M + i0) * w->N, 0, 0};
+                 w->rows ? w->N : w->sbk, w->C + ((size_t)b * w->M + i0) * w->N, 0, 0,
+                 w->causal, i0};
     compute(p, w->path);
     if (w->scale != 1.0f || w->causal)
         scale_past(p.C, p.C, i0, m, w->N, w->scale, w->causal, -INFINITY);
