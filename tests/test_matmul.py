@@ -16,7 +16,7 @@ from tinyagent.regularize import RegularizedConfig, train_regularized
 
 GEN = torch.Generator().manual_seed(0)
 # shapes that exercise the 6-row x 16-column and 8-row x 32-column blocks, the narrower ones,
-# every remainder, and K across the kernel's chunks of 256
+# every remainder, and K across the kernel's chunks of 128
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 11, 16), (13, 66, 198), (37, 264, 66), (70, 66, 316),
           (198, 300, 66), (17, 777, 40)]
 
@@ -53,7 +53,7 @@ def test_bits_do_not_depend_on_blocking(m, k, n):
 def test_every_path_gives_the_same_bits(path, k):
     """The scalar definition, 8-wide and 16-wide vectors: one result (where the build and the CPU
     have the path; elsewhere the kernel says which one it took), for a K inside one of the
-    kernel's chunks of k and for one across three."""
+    kernel's chunks of k and for one across five."""
     a = torch.randn(2, 3, k, 66, generator=GEN).transpose(2, 3)         # strided A
     b = torch.randn(2, 3, k, 70, generator=GEN)
     fastest = matmul(a, b)
