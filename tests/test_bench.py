@@ -1,14 +1,18 @@
 """Tests of tinyagent.harness.bench (its numbers are machine-dependent and not asserted): it parses its
-command line before running anything, its profile finds both halves of train_rl's steps, its rates
-divide the right work by the right time, and it builds a baseline's C kernels only where they exist."""
+command line before running anything, its profile finds both halves of train_rl's steps and counts
+their products once, its rates divide the right work by the right time, and it builds a baseline's
+C kernels only where they exist."""
 import shutil
 import time
 
 import pytest
 import torch
 
+from tinyagent import matmul
+from tinyagent.grpo import RLConfig, train_rl
 from tinyagent.harness.bench import PHASES, build_kernels, kernel_rate, main, step_profile
 from tinyagent.harness.cache import ROOT
+from tinyagent.policy import load_rl_base
 
 
 def test_help_prints_usage_without_running_the_benchmark(capsys):
@@ -30,8 +34,26 @@ def test_an_unknown_baseline_is_refused_before_anything_runs(capsys):
 
 def test_the_profile_times_sampling_and_updating():
     phases, shares = step_profile(steps=1)
-    assert set(phases) == {*PHASES, "matmul GFLOP"} and all(value > 0 for value in phases.values())
+    assert set(phases) == {*PHASES, "step", "matmul GFLOP"}
+    assert all(value > 0 for value in phases.values())
     assert shares["matrix multiplies"] > 0 and phases["matmul GFLOP"] > 0
+
+
+def test_the_floor_counts_the_timed_steps_products_once():
+    """The GFLOP a step's floor is computed from are those of the timed steps alone, not also of
+    the profiled repeat of the same steps: the same count as one step's products counted here."""
+    counted, plain = [0], matmul._bmm
+
+    def count(a, b, *args, **epilogue):
+        counted[0] += 2 * a.numel() * b.shape[-1]
+        return plain(a, b, *args, **epilogue)
+    matmul._bmm = count
+    try:
+        train_rl(load_rl_base(), RLConfig(), steps=1, progress=False)
+    finally:
+        matmul._bmm = plain
+    phases, _ = step_profile(steps=1)
+    assert phases["matmul GFLOP"] == counted[0] / 1e9
 
 
 def test_a_rate_counts_two_flops_per_multiply_add_over_the_best_pass():

@@ -7,11 +7,13 @@
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
 attempts), on the one torch thread the pinned arithmetic trains on, and two such runs side by
-side in two worker processes (how the notebooks compute their runs, one per core). Then a profile of a few one-thread steps splits a step
-into sampling and updating, and the operator time by what the operators compute: where the time
-goes, and how far a step is from its floor: its matrix products' floating-point operations at the
-pinned sgemm's rate (MKL's, which computed them before matmul.c) and at the kernel's own, on one of
-the policy's largest products. Last, the same run + evaluation of a baseline
+side in two worker processes (how the notebooks compute their runs, one per core). Then a
+profile of a few one-thread steps splits a step into sampling and updating, and the operator time
+by what the operators compute: where the time goes. The same steps timed without the profiler
+(whose cost per operator inflates them) are set against their floor: their matrix products'
+floating-point operations at the pinned sgemm's rate (MKL's, which computed them before matmul.c)
+and at the kernel's own, on one of the policy's largest products. Last, the same run +
+evaluation of a baseline
 revision, checked out into a scratch git worktree and timed alternately with this code's in one
 sitting, so that the ratio compares like with like. The arithmetic is the pinned one
 (arithmetic.py) unless the environment says otherwise.
@@ -67,24 +69,32 @@ PHASES = ("sampling", "update")     # the labels train_rl gives its two halves
 
 
 def step_profile(steps=4):
-    """`steps` steps of `train_rl` under the profiler: seconds per step in each of PHASES, and the
-    self CPU time of the operators by group, as shares of all operator time. The profiler adds
-    overhead of its own, so the numbers are approximate."""
-    policy = load_rl_base()
-    flops, plain = [0], matmul._bmm
+    """`steps` steps of `train_rl` from the RL base agent, twice. First as a run takes them: their
+    seconds per step ("step") and the floating-point operations of their products ("matmul
+    GFLOP", per step). Then the same steps under the profiler, whose cost per operator inflates
+    them: seconds per step in each of PHASES, and the self CPU time of the operators by group, as
+    shares of all operator time."""
+    flops, plain, profiling = [0], matmul._bmm, [False]
 
-    def labelled(a, b, *args, **epilogue):   # the kernel is not an aten operator: label, count
+    def counted(a, b, *args, **epilogue):    # the kernel is not an aten operator: count, label
         flops[0] += 2 * a.numel() * b.shape[-1]            # 2 M K N per product
+        if not profiling[0]:
+            return plain(a, b, *args, **epilogue)
         with record_function("tinyagent::matmul"):
             return plain(a, b, *args, **epilogue)
-    matmul._bmm = labelled
+    matmul._bmm = counted
     try:
+        start = time.perf_counter()
+        train_rl(load_rl_base(), RLConfig(), steps=steps, progress=False)
+        phases = {"step": (time.perf_counter() - start) / steps,
+                  "matmul GFLOP": flops[0] / 1e9 / steps}
+        profiling[0] = True
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            train_rl(policy, RLConfig(), steps=steps, progress=False)
+            train_rl(load_rl_base(), RLConfig(), steps=steps, progress=False)
     finally:
         matmul._bmm = plain
     group_of = {name: group for group, names in OPERATOR_GROUPS.items() for name in names}
-    seconds, phases = Counter(), {"matmul GFLOP": flops[0] / 1e9 / steps}
+    seconds = Counter()
     for event in prof.key_averages():
         if event.key in PHASES:
             phases[event.key] = event.cpu_time_total / 1e6 / steps
@@ -210,9 +220,9 @@ def main(argv=None):
     print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
           f"{both / 2:5.1f} s a run")
     phases, shares = step_profile()
-    step = sum(phases.get(phase, 0) for phase in PHASES)
-    print("a step under the profiler: " + ", ".join(
-        f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES))
+    step = phases["step"]
+    print(f"a step: {step:.3f} s (under the profiler " + ", ".join(
+        f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES) + ")")
     print("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
     # Two floors: the issue's, the products at the pinned sgemm's rate (what they ran on before
     # matmul.c), and a stricter one, at the rate of the kernel that now computes them.
