@@ -218,10 +218,44 @@ AVX512 static inline __attribute__((always_inline)) void avx512_edge_block(
     for (int r = 0; r < rows; r++) _mm512_mask_storeu_ps(C_(p, i + r, j), mask, c[r]);
 }
 
+/* Rows i .. i+15 (those `rows` keeps) of the last columns j .. N-1, fewer than 16, as vectors
+   down a column: where A's rows are adjacent (sam == 1: a weight gradient, A = gradᵀ), rows
+   i .. i+15 of A's column k are one load, and each column costs one fused multiply-add per k for
+   16 rows. Across the row, as the edge blocks go, 66 columns take 80 lanes. Each element is the
+   same chain, fma(a, b, c) for k in order, so the bits are the same. */
+#define LAST 15
+AVX512 static void avx512_last_columns_down(const product *p, int i, __mmask16 rows, int j)
+{
+    __m512i to_row = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                          12, 13, 14, 15), _mm512_set1_epi32(p->N));
+    __m512 c[LAST];
+    int n = p->N - j;
+    for (int t = 0; t < n; t++)
+        c[t] = p->k0 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, to_row,
+                                                C_(p, i, j + t), 4)
+                     : _mm512_setzero_ps();
+    for (int k = p->k0; k < p->k1; k++) {
+        __m512 a = _mm512_maskz_loadu_ps(rows, &A_(p, i, k));
+        const float *b = B_(p, k, j);
+        for (int t = 0; t < n; t++) c[t] = _mm512_fmadd_ps(a, _mm512_set1_ps(b[t]), c[t]);
+    }
+    for (int t = 0; t < n; t++) _mm512_mask_i32scatter_ps(C_(p, i, j + t), rows, to_row, c[t], 4);
+}
+
 AVX512 static void avx512_product(const product *p)
 {
+    /* With A's rows adjacent, the last N % 16 columns of a wide product go down the columns
+       (above). Not for attention's products 11 columns wide (its gradients for k and v, gᵀ q
+       and pᵀ g): there the scatter of every column costs more than the lanes save. */
+    int across = p->sam == 1 && p->sak != 1 && !p->causal && p->N >= 16 && p->N % 16 <= 4
+                 ? p->N - p->N % 16 : p->N;
+    for (int i = 0; across < p->N && i < p->M; i += 16) {
+        __mmask16 rows = p->M - i >= 16 ? 0xFFFF : (__mmask16)((1u << (p->M - i)) - 1);
+        avx512_last_columns_down(p, i, rows, across);
+    }
     for (int i = 0; i < p->M; i += ROWS16) {
         int rows = p->M - i < ROWS16 ? p->M - i : ROWS16, j = 0, n = needed_columns(p, i, rows);
+        if (n > across) n = across;
         if (rows == ROWS16)
             for (; j + 32 <= n; j += 32) avx512_full_block(p, i, j);
         for (; j < n; j += 16) {
