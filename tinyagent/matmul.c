@@ -9,7 +9,8 @@
    partial sum in C between chunks and loading it back (a float32 stored and loaded is the same
    float32), so that a long reduction, such as a weight gradient summed over every token of an
    SFT batch, finds its chunk of B in the cache.
-   A is read through any strides (its elements are broadcast one at a time), B through any strides
+   A is read through any strides (its elements are broadcast one at a time, except where a weight
+   gradient's last columns load 16 adjacent rows of A as a vector), B through any strides
    (a B whose columns are not adjacent, such as a transposed weight, is first copied into rows
    here, which moves numbers and rounds nothing), C is contiguous. Causal scores skip the blocks
    that lie wholly in the future, which the mask then sets to -inf.
