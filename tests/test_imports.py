@@ -24,7 +24,10 @@ CLAIMS = "science.claims"                             # a subpackage counted as 
 
 
 def _unit(dotted):
-    """The module of the graph that a dotted name below the package belongs to."""
+    """The module of the graph that a dotted name below the package belongs to (the compiled
+    extension `_kernels` belongs to `kernels`, which loads it)."""
+    if dotted == "_kernels":
+        return "kernels"
     return CLAIMS if dotted == CLAIMS or dotted.startswith(CLAIMS + ".") else dotted
 
 

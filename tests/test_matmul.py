@@ -133,7 +133,7 @@ def test_the_kernels_share_torchs_openmp_runtime():
     """The kernels link libgomp.so.1, the soname of the copy torch ships, so the process holds
     one OpenMP runtime: the kernels' threads are torch's idle workers, not a second pool that
     would compete with them for the cores."""
-    import tinyagent.gelu  # noqa: F401  (both kernels loaded)
+    import tinyagent.gelu  # noqa: F401  (the kernels loaded)
     with open("/proc/self/maps") as maps:
         runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
     assert len(runtimes) == 1, runtimes

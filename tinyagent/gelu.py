@@ -6,8 +6,6 @@ over a (tokens, 264) tensor. Here the additions and multiplications between erf 
 pass of C each (gelu.c), in torch's order and precision, so the bits are the torch expression's
 (tests/test_gelu.py checks forward and gradient).
 """
-import ctypes
-
 import torch
 
 from .kernels import load
@@ -15,12 +13,7 @@ from .kernels import load
 ERF_SCALE = 0.7071067811865476        # 1/√2
 ERF_SLOPE = 1.1283791670955126        # 2/√π: erf'(u) = 2/√π · exp(-u²), as autograd writes it
 
-_lib = load("gelu", "GELU kernel")
-_size, _ptr, _float = ctypes.c_size_t, ctypes.c_void_p, ctypes.c_float
-_lib.gelu_erf_argument.argtypes = [_size, _ptr, _float, _ptr]
-_lib.gelu_forward.argtypes = [_size, _ptr, _ptr, _ptr]
-_lib.gelu_exp_argument.argtypes = [_size, _ptr, _float, _ptr]
-_lib.gelu_backward.argtypes = [_size, _ptr, _ptr, _ptr, _ptr, _float, _float, _ptr]
+_lib = load("GELU kernel")
 
 
 def gelu_expression(x):

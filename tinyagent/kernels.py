@@ -1,18 +1,15 @@
 """Loads tinyagent's C kernels (matmul.c, gelu.c), which `pip install -e .` compiles (setup.py)
-into plain shared libraries, called through ctypes: no Python or torch headers needed."""
-import ctypes
-import importlib.machinery
-from pathlib import Path
+into the extension module tinyagent._kernels (entry points in bindings.c)."""
+import importlib
 
 
-def load(stem, what):
-    """The shared library `_<stem>` built beside this file from `<stem>.c`; `what` names it in
-    the error raised when it has not been built."""
-    here = Path(__file__).resolve().parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = here / f"_{stem}{suffix}"
-        if path.exists():
-            return ctypes.CDLL(str(path))
-    raise ImportError(f"tinyagent's {what} is not built (no _{stem}*.so in {here}): install the "
-                      f"package with `pip install -e .` (what `make setup` runs), which compiles "
-                      f"tinyagent/{stem}.c with the machine's C compiler")
+def load(what):
+    """The kernels' module; `what` names the kernel asked for in the error raised when the module
+    has not been built."""
+    try:
+        return importlib.import_module("tinyagent._kernels")
+    except ModuleNotFoundError:
+        raise ImportError(f"tinyagent's {what} is not built (no tinyagent/_kernels*.so): install "
+                          f"the package with `pip install -e .` (what `make setup` runs), which "
+                          f"compiles tinyagent/matmul.c, gelu.c and bindings.c with the machine's "
+                          f"C compiler and Python's headers") from None

@@ -17,7 +17,8 @@
    A large product is split between threads by rows, or by batch entries (OpenMP, the runtime
    torch itself loaded, so its idle threads are the ones that help); each element is still one
    thread's chain in the same order, so the bits do not depend on the number of threads either.
-   Built by `pip install -e .` (setup.py) and called through ctypes by tinyagent/matmul.py. */
+   Built by `pip install -e .` (setup.py) into tinyagent._kernels, which tinyagent/matmul.py calls
+   through bindings.c. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>

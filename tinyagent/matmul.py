@@ -8,28 +8,13 @@ order with fused multiply-adds. Its bits depend only on its operands. The kernel
 what follows a product, in the same pass and with torch's bits: attention's scale and causal mask
 (`scores`), and a linear layer's bias (`linear`).
 """
-import ctypes
 import math
 
 import torch
 
 from .kernels import load
 
-
-def _load_kernel():
-    lib = load("matmul", "matrix kernel")
-    lib.tiny_bmm.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4
-                             + [ctypes.c_void_p] + [ctypes.c_ssize_t] * 4 + [ctypes.c_void_p]
-                             + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
-    lib.tiny_bmm.restype = ctypes.c_int
-    lib.tiny_scores_grad.argtypes = ([ctypes.c_int] * 3 + [ctypes.c_void_p] * 2
-                                     + [ctypes.c_float, ctypes.c_int])
-    lib.tiny_scores_grad.restype = None
-    lib.tiny_matmul_path.argtypes, lib.tiny_matmul_path.restype = [ctypes.c_int], ctypes.c_int
-    return lib
-
-
-_lib = _load_kernel()
+_lib = load("matrix kernel")
 PATHS = {"fastest": 0, "scalar": 1, "avx2": 2, "avx512": 3}
 
 
@@ -37,7 +22,7 @@ def use_path(name):
     """Make the kernel compute on one path ("scalar", "avx2", "avx512", or "fastest", the default)
     and return the one in force (a path this CPU lacks falls back to the fastest it has): all
     give the same bits, which the tests show this way."""
-    in_force = _lib.tiny_matmul_path(PATHS[name])
+    in_force = _lib.matmul_path(PATHS[name])
     return next(n for n, code in PATHS.items() if code == in_force)
 
 
@@ -58,10 +43,8 @@ def _bmm(a, b, scale=1.0, causal=False, bias=None):
     (n1, n2, M, K), (sa1, sa2, sam, sak) = _as_4d(a)
     (_, _, _, N), (sb1, sb2, sbk, sbn) = _as_4d(b)
     out = torch.empty(a.shape[:-1] + (N,), dtype=torch.float32)
-    if _lib.tiny_bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak,
-                     b.data_ptr(), sb1, sb2, sbk, sbn, out.data_ptr(), scale, causal,
-                     None if bias is None else bias.data_ptr()):
-        raise MemoryError(f"matmul: no memory for the {K} x {N} rows of a strided operand")
+    _lib.bmm(n1, n2, M, N, K, a.data_ptr(), sa1, sa2, sam, sak, b.data_ptr(), sb1, sb2, sbk, sbn,
+             out.data_ptr(), scale, causal, None if bias is None else bias.data_ptr())
     return out
 
 
@@ -118,7 +101,7 @@ class _Scores(torch.autograd.Function):
         q, k = ctx.saved_tensors
         grad = grad.contiguous()
         g = torch.empty_like(grad)            # through the mask and the scale, as autograd goes
-        _lib.tiny_scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
+        _lib.scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
                               grad.shape[-1], grad.data_ptr(), g.data_ptr(), ctx.scale, ctx.causal)
         grad_q = _bmm(g, k) if ctx.needs_input_grad[0] else None
         grad_k = _bmm(g.transpose(-2, -1), q) if ctx.needs_input_grad[1] else None

@@ -100,13 +100,26 @@ def source_digest(source):
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
+# The module that loads the compiled extension tinyagent._kernels: its code is also the C that
+# setup.py compiles into it, every .c file of the package.
+KERNELS = "kernels"
+
+
+def c_sources():
+    """The package's C files, the extension's sources, in a fixed order."""
+    return sorted(PACKAGE.glob("*.c"))
+
+
 def code_digest(name):
     """A hash of the code of module `name` and of every package module it imports, as this process
     reads them now (callers keep the value they computed at import, so a file edited mid-session
-    cannot relabel old results)."""
+    cannot relabel old results). The C kernels count as the code of `kernels`, byte for byte."""
     h = hashlib.sha256()
     for module in imported_modules(name):
         h.update(source_digest(module_path(module).read_text()).encode())
+        if module == KERNELS:
+            for source in c_sources():
+                h.update(hashlib.sha256(source.read_bytes()).hexdigest().encode())
     return h.hexdigest()
 
 

@@ -1,0 +1,141 @@
+/* Python's entry points to matmul.c and gelu.c: the module tinyagent._kernels.
+
+   A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
+   which take a few microseconds. Through ctypes, converting tiny_bmm's 19 arguments cost about
+   3 µs a call; here each argument is read as a Python int (a tensor's address is an int, None a
+   null one) or float, which costs a tenth of that. The kernels themselves stay plain C. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+
+int tiny_matmul_path(int path);
+int tiny_bmm(int nb1, int nb2, int M, int N, int K,
+             const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
+             const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C,
+             float scale, int causal, const float *bias);
+void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale,
+                      int causal);
+void gelu_erf_argument(size_t n, const float *x, float c, float *u);
+void gelu_forward(size_t n, const float *x, const float *e, float *y);
+void gelu_exp_argument(size_t n, const float *x, float c, float *m);
+void gelu_backward(size_t n, const float *x, const float *e, const float *expm, const float *g,
+                   float c, float k, float *gx);
+
+/* Reads `nargs` arguments as the format says, one letter each: 'i' an int or an address (None
+   is 0), 'f' a float. Returns 0, or -1 with Python's error set. */
+static int read_args(const char *name, const char *format, PyObject *const *args,
+                     Py_ssize_t nargs, Py_ssize_t *ints, double *floats)
+{
+    Py_ssize_t expected = (Py_ssize_t)strlen(format);
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments, got %zd", name, expected, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        if (format[i] == 'f') {
+            floats[i] = PyFloat_AsDouble(args[i]);
+            if (floats[i] == -1.0 && PyErr_Occurred()) return -1;
+        } else {
+            ints[i] = args[i] == Py_None ? 0 : PyLong_AsSsize_t(args[i]);
+            if (ints[i] == -1 && PyErr_Occurred()) return -1;
+        }
+    }
+    return 0;
+}
+
+#define F(i) ((float *)v[i])
+#define CF(i) ((const float *)v[i])
+
+/* bmm(nb1, nb2, M, N, K, A, sa1, sa2, sam, sak, B, sb1, sb2, sbk, sbn, C, scale, causal, bias) */
+static PyObject *bmm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t v[19];
+    double d[19];
+    if (read_args("bmm", "iiiiiiiiiiiiiiiifii", args, nargs, v, d)) return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tiny_bmm((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], CF(5), v[6], v[7],
+                      v[8], v[9], CF(10), v[11], v[12], v[13], v[14], F(15), (float)d[16],
+                      (int)v[17], CF(18));
+    Py_END_ALLOW_THREADS
+    if (status)
+        return PyErr_Format(PyExc_MemoryError, "matmul: no memory for the %zd x %zd rows of a "
+                            "strided operand", v[4], v[3]);
+    Py_RETURN_NONE;
+}
+
+/* scores_grad(n, M, N, grad, out, scale, causal) */
+static PyObject *scores_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t v[7];
+    double d[7];
+    if (read_args("scores_grad", "iiiiifi", args, nargs, v, d)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    tiny_scores_grad((int)v[0], (int)v[1], (int)v[2], CF(3), F(4), (float)d[5], (int)v[6]);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* matmul_path(path): the path in force after asking for `path` (matmul.c's tiny_matmul_path) */
+static PyObject *matmul_path(PyObject *self, PyObject *arg)
+{
+    long path = PyLong_AsLong(arg);
+    if (path == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(tiny_matmul_path((int)path));
+}
+
+/* gelu_erf_argument(n, x, c, u) and gelu_exp_argument(n, x, c, m) */
+#define ARGUMENT(name)                                                                         \
+    static PyObject *name##_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)        \
+    {                                                                                          \
+        Py_ssize_t v[4];                                                                       \
+        double d[4];                                                                           \
+        if (read_args(#name, "iifi", args, nargs, v, d)) return NULL;                          \
+        Py_BEGIN_ALLOW_THREADS                                                                 \
+        name((size_t)v[0], CF(1), (float)d[2], F(3));                                          \
+        Py_END_ALLOW_THREADS                                                                   \
+        Py_RETURN_NONE;                                                                        \
+    }
+ARGUMENT(gelu_erf_argument)
+ARGUMENT(gelu_exp_argument)
+
+/* gelu_forward(n, x, e, y) */
+static PyObject *gelu_forward_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t v[4];
+    double d[4];
+    if (read_args("gelu_forward", "iiii", args, nargs, v, d)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    gelu_forward((size_t)v[0], CF(1), CF(2), F(3));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* gelu_backward(n, x, e, expm, g, c, k, gx) */
+static PyObject *gelu_backward_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t v[8];
+    double d[8];
+    if (read_args("gelu_backward", "iiiiiffi", args, nargs, v, d)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    gelu_backward((size_t)v[0], CF(1), CF(2), CF(3), CF(4), (float)d[5], (float)d[6], F(7));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+#define FAST(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
+static PyMethodDef methods[] = {
+    FAST("bmm", bmm),
+    FAST("scores_grad", scores_grad),
+    {"matmul_path", matmul_path, METH_O, NULL},
+    FAST("gelu_erf_argument", gelu_erf_argument_py),
+    FAST("gelu_exp_argument", gelu_exp_argument_py),
+    FAST("gelu_forward", gelu_forward_py),
+    FAST("gelu_backward", gelu_backward_py),
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
+                                    "tinyagent's C kernels (matmul.c, gelu.c)", -1, methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
