@@ -155,12 +155,12 @@ def linear(x, weight, bias=None, rows=None):
     bias added as each product is stored (the same bits as `+`, one operator less). Without a
     gradient to record, `rows`, weight.T copied into rows (`Policy.fixed_weights`), spares the
     kernel its copy of the transposed weight."""
-    if bias is None or not all(t.dtype == torch.float32 for t in (x, weight, bias)) \
+    if bias is None or not x.dtype == weight.dtype == bias.dtype == torch.float32 \
             or x.shape[-1] != weight.shape[1] or bias.shape != weight.shape[:1] \
             or not bias.is_contiguous():
         y = matmul(x, weight.t())           # another precision, no bias, or bad input's errors
         return y if bias is None else y + bias
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, bias)):
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
         return _Linear.apply(x, weight, bias)
     out = _bmm(x.reshape(-1, x.shape[-1]), weight.t() if rows is None else rows, bias=bias)
     return out.view(*x.shape[:-1], weight.shape[0])
