@@ -1,5 +1,6 @@
 """The policy's matrix kernel: right to float32 precision, and with bits that depend on the
 operands alone (not on how the kernel blocks them, so not on the CPU)."""
+import importlib
 import math
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tinyagent import kernels
 from tinyagent.arithmetic import torch_threads
 from tinyagent.grpo import frozen_copy
 from tinyagent.harness.runs import params_sha256
@@ -306,3 +308,26 @@ def test_training_steps_give_the_same_parameters_on_every_path():
     finally:
         use_path("fastest")
     assert len(set(digests.values())) == 1, digests
+
+
+def test_a_missing_build_names_the_install_step(monkeypatch):
+    """Without the compiled module, loading the kernels says what to run, not a bare
+    ModuleNotFoundError."""
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(ImportError, match=r"matrix kernel is not built.*pip install -e \."):
+        kernels.load("matrix kernel")
+
+
+def test_the_entry_points_refuse_a_wrong_call():
+    """bindings.c reads its arguments itself: a wrong count or a non-number is a TypeError,
+    before the kernel touches any memory."""
+    lib = kernels.load("matrix kernel")
+    with pytest.raises(TypeError, match="bmm takes 19 arguments, got 3"):
+        lib.bmm(1, 2, 3)
+    with pytest.raises(TypeError):
+        lib.bmm(*([1] * 5), "not an address", *([0] * 13))
+    with pytest.raises(TypeError, match="gelu_forward takes 4 arguments"):
+        lib.gelu_forward(1)
