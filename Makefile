@@ -66,7 +66,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 setup: $(STAMP)
 
 # Says which Python it builds with, or in one line why it cannot.
-$(STAMP): pyproject.toml setup.py $(wildcard tinyagent/*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard tinyagent/*.c tinyagent/*.h)
 	@py=$(call quote,$(PYTHON)); \
 	version=$$("$$py" -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
 	case "$$version" in \

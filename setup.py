@@ -1,7 +1,8 @@
 """Builds the package's C files into one extension module, tinyagent._kernels: matmul.c, the
 policy's matrix products, gelu.c, its GELU, and bindings.c, their Python entry points (the rest of
-the metadata is in pyproject.toml). It needs Python's headers, not torch's. The run cache's code
-hash covers the same files (harness/cache.py), so that a change to a kernel recomputes runs."""
+the metadata is in pyproject.toml); kernels.h declares what they share. It needs Python's headers,
+not torch's. The run cache's code hash covers the same files (harness/cache.py), so that a change
+to a kernel recomputes runs."""
 import platform
 from glob import glob
 
@@ -11,11 +12,11 @@ from setuptools import Extension, setup
 # give the same bits (the order of every operation is the code's); these give speed.
 x86 = platform.machine().lower() in ("x86_64", "amd64")
 flags = ["-O3", "-ffp-contract=off"] + (["-mavx2", "-mfma"] if x86 else [])
-# On Linux the kernels share large work between threads with OpenMP, linked as libgomp.so.1: the soname
-# of the copy torch's wheel ships and loads first, so the kernels' threads are torch's own pool.
+# On Linux the kernels share large work between threads with OpenMP, linked as libgomp.so.1: the
+# soname of the copy torch's wheel ships and loads first, so the kernels' threads are torch's own.
 # Elsewhere (Apple's compiler has no -fopenmp) they are built without it and run on one thread.
 openmp = ["-fopenmp"] if platform.system() == "Linux" else []
 setup(ext_modules=[Extension("tinyagent._kernels",
-                             sources=sorted(glob("tinyagent/*.c")),
+                             sources=sorted(glob("tinyagent/*.c")), depends=["tinyagent/kernels.h"],
                              extra_compile_args=flags + openmp, extra_link_args=openmp,
                              libraries=["m"])])

@@ -182,8 +182,8 @@ def test_imported_modules_follows_every_form_of_import_at_any_depth(tmp_path, mo
 
 
 def test_the_code_hash_covers_the_c_kernels(tmp_path, monkeypatch):
-    """A kernel's C is the code of `kernels`, the module that loads it: a change to any .c file of
-    the package changes the hash of what imports `kernels`, and of nothing else."""
+    """A kernel's C is the code of `kernels`, the module that loads it: a change to any .c or .h
+    file of the package changes the hash of what imports `kernels`, and of nothing else."""
     for name, text in {"__init__.py": "", "kernels.py": "k = 1\n",
                        "model.py": "from .kernels import k\n",
                        "leaf.py": "", "a.c": "int f(void) { return 1; }\n"}.items():
@@ -194,6 +194,9 @@ def test_the_code_hash_covers_the_c_kernels(tmp_path, monkeypatch):
     assert code_digest("model") != model and code_digest("leaf") == leaf
     model = code_digest("model")
     (tmp_path / "b.c").write_text("\n")                          # a new C file counts too
+    assert code_digest("model") != model
+    model = code_digest("model")
+    (tmp_path / "a.h").write_text("int f(void);\n")              # and a header
     assert code_digest("model") != model
 
 

@@ -13,6 +13,8 @@
    through bindings.c. */
 #include <stddef.h>
 
+#include "kernels.h"
+
 /* Below this many elements, waking other threads costs more than it saves. */
 #define THREADED _Pragma("omp parallel for if (n >= 32768) schedule(static)")
 

@@ -22,6 +22,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+
+#include "kernels.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif

@@ -101,13 +101,13 @@ def source_digest(source):
 
 
 # The module that loads the compiled extension tinyagent._kernels: its code is also the C that
-# setup.py compiles into it, every .c file of the package.
+# setup.py compiles into it, every .c and .h file of the package.
 KERNELS = "kernels"
 
 
 def c_sources():
-    """The package's C files, the extension's sources, in a fixed order."""
-    return sorted(PACKAGE.glob("*.c"))
+    """The package's C files, the extension's sources and header, in a fixed order."""
+    return sorted([*PACKAGE.glob("*.c"), *PACKAGE.glob("*.h")])
 
 
 def code_digest(name):

@@ -1,0 +1,22 @@
+/* The C kernels' functions, as matmul.c and gelu.c define them and bindings.c calls them: one
+   declaration, which the compiler checks against both sides. */
+#ifndef TINYAGENT_KERNELS_H
+#define TINYAGENT_KERNELS_H
+#include <stddef.h>
+
+/* matmul.c */
+int tiny_matmul_path(int path);
+int tiny_bmm(int nb1, int nb2, int M, int N, int K,
+             const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
+             const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C,
+             float scale, int causal, const float *bias);
+void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale,
+                      int causal);
+
+/* gelu.c */
+void gelu_erf_argument(size_t n, const float *x, float c, float *u);
+void gelu_forward(size_t n, const float *x, const float *e, float *y);
+void gelu_exp_argument(size_t n, const float *x, float c, float *m);
+void gelu_backward(size_t n, const float *x, const float *e, const float *expm, const float *g,
+                   float c, float k, float *gx);
+#endif
