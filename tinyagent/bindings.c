@@ -1,9 +1,10 @@
 /* Python's entry points to matmul.c and gelu.c: the module tinyagent._kernels.
 
    A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
-   which take a few microseconds. Through ctypes, converting tiny_bmm's 19 arguments cost about
-   3 µs a call; here each argument is read as a Python int (a tensor's address is an int, None a
-   null one) or float, which costs a tenth of that. The kernels themselves stay plain C. */
+   which take a few microseconds. Through ctypes, which converts tiny_bmm's 19 arguments one by
+   one, a call of a 1 x 1 x 1 product took 2.2 µs; here each argument is read as a Python int (a
+   tensor's address is an int, None a null one) or float, and the call takes 0.16 µs. The
+   kernels themselves stay plain C. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
