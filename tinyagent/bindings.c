@@ -53,18 +53,6 @@ static PyObject *bmm(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* scores_grad(n, M, N, grad, out, scale, causal) */
-static PyObject *scores_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t v[7];
-    double d[7];
-    if (read_args("scores_grad", "iiiiifi", args, nargs, v, d)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    tiny_scores_grad((int)v[0], (int)v[1], (int)v[2], CF(3), F(4), (float)d[5], (int)v[6]);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
-
 /* matmul_path(path): the path in force after asking for `path` (matmul.c's tiny_matmul_path) */
 static PyObject *matmul_path(PyObject *self, PyObject *arg)
 {
@@ -73,54 +61,41 @@ static PyObject *matmul_path(PyObject *self, PyObject *arg)
     return PyLong_FromLong(tiny_matmul_path((int)path));
 }
 
-/* gelu_erf_argument(n, x, c, u) and gelu_exp_argument(n, x, c, m) */
-#define ARGUMENT(name)                                                                         \
-    static PyObject *name##_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)        \
+/* An entry point `py_<name>` for a kernel that returns nothing: its arguments read as `format`
+   says into v (ints and addresses) and d (floats), then `call` without the GIL. */
+#define ENTRY(name, format, call)                                                              \
+    static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs)        \
     {                                                                                          \
-        Py_ssize_t v[4];                                                                       \
-        double d[4];                                                                           \
-        if (read_args(#name, "iifi", args, nargs, v, d)) return NULL;                          \
+        Py_ssize_t v[sizeof(format) - 1];                                                      \
+        double d[sizeof(format) - 1];                                                          \
+        if (read_args(#name, format, args, nargs, v, d)) return NULL;                          \
         Py_BEGIN_ALLOW_THREADS                                                                 \
-        name((size_t)v[0], CF(1), (float)d[2], F(3));                                          \
+        call;                                                                                  \
         Py_END_ALLOW_THREADS                                                                   \
         Py_RETURN_NONE;                                                                        \
     }
-ARGUMENT(gelu_erf_argument)
-ARGUMENT(gelu_exp_argument)
 
+/* scores_grad(n, M, N, grad, out, scale, causal) */
+ENTRY(scores_grad, "iiiiifi",
+      tiny_scores_grad((int)v[0], (int)v[1], (int)v[2], CF(3), F(4), (float)d[5], (int)v[6]))
+/* gelu_erf_argument(n, x, c, u) and gelu_exp_argument(n, x, c, m) */
+ENTRY(gelu_erf_argument, "iifi", gelu_erf_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
+ENTRY(gelu_exp_argument, "iifi", gelu_exp_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
 /* gelu_forward(n, x, e, y) */
-static PyObject *gelu_forward_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t v[4];
-    double d[4];
-    if (read_args("gelu_forward", "iiii", args, nargs, v, d)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    gelu_forward((size_t)v[0], CF(1), CF(2), F(3));
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
-
+ENTRY(gelu_forward, "iiii", gelu_forward((size_t)v[0], CF(1), CF(2), F(3)))
 /* gelu_backward(n, x, e, expm, g, c, k, gx) */
-static PyObject *gelu_backward_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t v[8];
-    double d[8];
-    if (read_args("gelu_backward", "iiiiiffi", args, nargs, v, d)) return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    gelu_backward((size_t)v[0], CF(1), CF(2), CF(3), CF(4), (float)d[5], (float)d[6], F(7));
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
+ENTRY(gelu_backward, "iiiiiffi",
+      gelu_backward((size_t)v[0], CF(1), CF(2), CF(3), CF(4), (float)d[5], (float)d[6], F(7)))
 
 #define FAST(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
     FAST("bmm", bmm),
-    FAST("scores_grad", scores_grad),
+    FAST("scores_grad", py_scores_grad),
     {"matmul_path", matmul_path, METH_O, NULL},
-    FAST("gelu_erf_argument", gelu_erf_argument_py),
-    FAST("gelu_exp_argument", gelu_exp_argument_py),
-    FAST("gelu_forward", gelu_forward_py),
-    FAST("gelu_backward", gelu_backward_py),
+    FAST("gelu_erf_argument", py_gelu_erf_argument),
+    FAST("gelu_exp_argument", py_gelu_exp_argument),
+    FAST("gelu_forward", py_gelu_forward),
+    FAST("gelu_backward", py_gelu_backward),
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
