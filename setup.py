@@ -1,6 +1,7 @@
 """Builds the package's C files into one extension module, tinyagent._kernels: matmul.c, the
-policy's matrix products, gelu.c, its GELU, and bindings.c, their Python entry points (the rest of
-the metadata is in pyproject.toml); kernels.h declares what they share. It needs Python's headers,
+policy's matrix products, kvcache.c, its key/value cache's store, gelu.c, its GELU, and
+bindings.c, their Python entry points (the rest of the metadata is in pyproject.toml); kernels.h
+declares what they share. It needs Python's headers,
 not torch's. The run cache's code hash covers the same files (harness/cache.py), so that a change
 to a kernel recomputes runs."""
 import platform

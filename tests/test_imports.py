@@ -43,7 +43,8 @@ TOP = sorted(m for m in MODULES if "." not in m and m not in LAYERS)     # the b
 TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "harness.runs", "sampler", "policy",
                        "pretrain", "science.experiments")
 PRESENTATION = ("science.report", "science.plots", "science.book", CLAIMS)
-LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab", "kernels")      # import no package module
+FACE = {"arithmetic", "memory"}       # what `import tinyagent` loads: the pins and malloc's thresholds
+LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab", "kernels", "memory")      # import no package module
 
 
 # ------------------------------------------------------------------ the source
@@ -120,7 +121,7 @@ def _layer(module):
 def test_the_layers_are_the_ones_the_design_names():
     assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluate",
                         "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul",
-                        "gelu", "kernels", "adam"}
+                        "gelu", "kernels", "adam", "kvcache", "memory"}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
                                  "contract", "probe", "rebuild")}
@@ -205,10 +206,10 @@ def test_arithmetic_stays_light():
     assert "torch" not in top and not any(name.startswith("torch.") for name in top)
 
 
-def test_the_package_face_imports_only_arithmetic_and_reexports_from_where_names_are_defined():
+def test_the_package_face_imports_only_its_settings_and_reexports_from_where_names_are_defined():
     face = {node.module for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text()))
             if isinstance(node, ast.ImportFrom) and node.level == 1}
-    assert face == {"arithmetic"}
+    assert face == FACE
     import tinyagent
     for module, names in tinyagent._EXPORTS.items():
         defined = set()
@@ -235,14 +236,14 @@ LOADED = ("import sys, json, tinyagent.{module}; print(json.dumps([sorted(m for 
           "if m.startswith('tinyagent')), 'torch' in sys.modules]))")
 
 # One interpreter imports each module of the package as if it were the first: before each, every
-# package module but `arithmetic` is dropped from sys.modules (torch, once loaded, stays: so
-# `report` goes first, to see whether it loads torch).
-EACH_FRESH = """
+# package module but the face's (FACE) is dropped from sys.modules (torch, once loaded, stays:
+# so `report` goes first, to see whether it loads torch).
+EACH_FRESH = f"FACE = {sorted(FACE)!r}\n" + """
 import importlib, json, sys
 import tinyagent
 loaded = {}
 for module in sys.argv[1:]:
-    for name in [m for m in sys.modules if m.startswith("tinyagent.") and m != "tinyagent.arithmetic"]:
+    for name in [m for m in sys.modules if m.startswith("tinyagent.") and m.split(".")[1] not in FACE]:
         del sys.modules[name]
         vars(tinyagent).pop(name.split(".")[1], None)
     importlib.import_module(f"tinyagent.{module}")
@@ -265,19 +266,20 @@ def test_import_kl_loads_only_the_math_leaf():
     """In its own interpreter, as a reader would: `import tinyagent.kl` loads the package's face,
     the pinned arithmetic and kl, nothing of the trainer."""
     assert _python(LOADED.format(module="kl")) == [
-        ["tinyagent", "tinyagent.arithmetic", "tinyagent.kl"], True]
+        ["tinyagent", "tinyagent.arithmetic", "tinyagent.kl", "tinyagent.memory"], True]
 
 
 def test_import_report_loads_neither_torch_nor_the_trainer():
     assert _python(LOADED.format(module="science.report")) == [
-        ["tinyagent", "tinyagent.arithmetic", "tinyagent.science", "tinyagent.science.report"],
+        ["tinyagent", "tinyagent.arithmetic", "tinyagent.memory", "tinyagent.science",
+         "tinyagent.science.report"],
         False]
 
 
 def test_importing_one_module_loads_only_what_it_imports(fresh):
     assert set(fresh) == set(MODULES)
     for module in MODULES:
-        expected = {"arithmetic", module} | closure(module)
+        expected = FACE | {module} | closure(module)
         expected |= _packages(expected)
         assert fresh[module][0] == expected, (module, sorted(fresh[module][0] ^ expected))
 

@@ -1,7 +1,9 @@
 """TinyAgent: a tiny coding agent, its one-edit gym, Chapter 9's GRPO and Chapter 10's regularizers."""
 from .arithmetic import pin_environment
+from .memory import keep_freed_memory
 
 pin_environment()     # before torch computes anything: see arithmetic.py
+keep_freed_memory()   # a run's tensors reuse freed memory instead of faulting in new pages
 
 from importlib import import_module as _import_module
 from pathlib import Path as _Path

@@ -1,4 +1,4 @@
-/* Python's entry points to matmul.c and gelu.c: the module tinyagent._kernels.
+/* Python's entry points to matmul.c, kvcache.c and gelu.c: the module tinyagent._kernels.
 
    A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
    which take a few microseconds. Through ctypes, which converts tiny_bmm's 19 arguments one by
@@ -78,6 +78,10 @@ static PyObject *matmul_path(PyObject *self, PyObject *arg)
 /* scores_grad(n, M, N, grad, out, scale, causal) */
 ENTRY(scores_grad, "iiiiifi",
       tiny_scores_grad((int)v[0], (int)v[1], (int)v[2], CF(3), F(4), (float)d[5], (int)v[6]))
+/* kv_store(B, T, nh, hs, L, pos, qkv, row_b, row_t, keys, values) */
+ENTRY(kv_store, "iiiiiiiiiii",
+      kv_store((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], CF(6), v[7], v[8],
+               F(9), F(10)))
 /* gelu_erf_argument(n, x, c, u) and gelu_exp_argument(n, x, c, m) */
 ENTRY(gelu_erf_argument, "iifi", gelu_erf_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
 ENTRY(gelu_exp_argument, "iifi", gelu_exp_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
@@ -92,6 +96,7 @@ static PyMethodDef methods[] = {
     FAST("bmm", bmm),
     FAST("scores_grad", py_scores_grad),
     {"matmul_path", matmul_path, METH_O, NULL},
+    FAST("kv_store", py_kv_store),
     FAST("gelu_erf_argument", py_gelu_erf_argument),
     FAST("gelu_exp_argument", py_gelu_exp_argument),
     FAST("gelu_forward", py_gelu_forward),
@@ -99,6 +104,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
-                                    "tinyagent's C kernels (matmul.c, gelu.c)", -1, methods};
+                                    "tinyagent's C kernels (matmul.c, kvcache.c, gelu.c)", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,4 +1,4 @@
-/* The C kernels' functions, as matmul.c and gelu.c define them and bindings.c calls them: one
+/* The C kernels' functions, as matmul.c, kvcache.c and gelu.c define them and bindings.c calls them: one
    declaration, which the compiler checks against both sides. */
 #ifndef TINYAGENT_KERNELS_H
 #define TINYAGENT_KERNELS_H
@@ -12,6 +12,10 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
              float scale, int causal, const float *bias);
 void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float scale,
                       int causal);
+
+/* kvcache.c */
+void kv_store(int B, int T, int nh, int hs, int L, int pos, const float *qkv, ptrdiff_t row_b,
+              ptrdiff_t row_t, float *keys, float *values);
 
 /* gelu.c */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u);

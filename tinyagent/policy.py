@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import kvcache
 from .checks import path as path_arg, positive_int
 from .files import write_atomically
 from .gelu import gelu
@@ -65,15 +66,17 @@ class CausalSelfAttention(nn.Module):
         pos .. pos+T-1, whose keys and values are stored there: either a whole prefix (pos = 0,
         the prompt) or one new token attending to everything cached before it."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)                        # 3 × (B, T, C)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))                               # (B, nh, T, hs)
+        qkv = self.qkv(x)                                             # (B, T, 3C): [q | k | v]
         if cache is not None:
             if pos > 0 and T > 1:
                 raise ValueError("the cache takes a prefix at position 0 or one token at a time")
+            kvcache.store(qkv, cache, pos, self.n_head)
+            if T == 1 and kvcache.direct(qkv, cache):   # a rollout's token: `attend`'s bits,
+                return self.proj(kvcache.attend_one_token(qkv, cache, pos + 1, self.n_head))
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in qkv.split(C, dim=2))                     # (B, nh, T, hs)
+        if cache is not None:
             keys, values = cache                                     # keys stored as kᵀ
-            keys[..., pos:pos + T] = k.transpose(2, 3)
-            values[:, :, pos:pos + T] = v
             k, v = keys[..., :pos + T].transpose(2, 3), values[:, :, :pos + T]  # (B, nh, pos+T, hs)
         y = self.attend(q, k, v, causal=T > 1)                        # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)

@@ -1,0 +1,61 @@
+"""The key/value cache of incremental decoding (`Policy.new_cache`): storing a layer's new keys
+and values, and one token's attention over everything stored.
+
+A rollout samples each token with a one-token pass, and each layer's attention of that pass, as
+`CausalSelfAttention.attend` writes it on views of the cache, is about twenty small operators:
+splitting q, k and v out of qkv's rows, the slice assignments, the views of the stored prefix,
+the products, the transposes. Here it is one store (kvcache.c), the two products of `attend`
+called on the cache's memory directly, and the same softmax: the same bits
+(tests/test_kvcache.py), a few operators. Where autograd must record the pass, or the policy is in
+another precision than float32, the views compute it.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .kernels import load
+
+_lib = load("key/value cache's store")
+
+
+def direct(qkv, cache):
+    """Whether the store and attention run on the cache's memory: float32 without a gradient to
+    record, qkv's rows and the cache contiguous."""
+    keys, values = cache
+    return (qkv.dtype == keys.dtype == values.dtype == torch.float32
+            and not (torch.is_grad_enabled() and qkv.requires_grad)
+            and qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous())
+
+
+def store(qkv, cache, pos, n_head):
+    """Store the keys and values of qkv (B, T, 3C), rows [q | k | v] of the tokens at positions
+    pos .. pos+T-1, in `cache` = (keys (B, nh, hs, L), values (B, nh, L, hs))."""
+    keys, values = cache
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    if direct(qkv, cache):
+        _lib.kv_store(B, T, n_head, C // n_head, keys.shape[-1], pos, qkv.data_ptr(), T * C3,
+                      C3, keys.data_ptr(), values.data_ptr())
+        return
+    k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in qkv[..., C:].split(C, 2))
+    keys[..., pos:pos + T] = k.transpose(2, 3)
+    values[:, :, pos:pos + T] = v
+
+
+def attend_one_token(qkv, cache, length, n_head):
+    """softmax(q kᵀ / √hs) v (B, 1, C) of one token per episode, qkv (B, 1, 3C), over the first
+    `length` positions of `cache`, for a float32 pass that `direct` admits: `attend`'s two
+    products and softmax, on q in qkv's rows and on the cache itself, through the strides that
+    the views would have."""
+    keys, values = cache
+    B, nh, hs, L = keys.shape
+    C = nh * hs
+    att = torch.empty(B, nh, 1, length)                   # q kᵀ / √hs: (B, nh, 1, length)
+    _lib.bmm(B, nh, 1, length, hs, qkv.data_ptr(), 3 * C, hs, 3 * C, 1,
+             keys.data_ptr(), C * L, hs * L, L, 1, att.data_ptr(), 1.0 / math.sqrt(hs), 0, None)
+    att = F.softmax(att, dim=-1)
+    y = torch.empty(B, 1, C)                              # (B, nh, 1, hs) is (B, 1, C) in memory
+    _lib.bmm(B, nh, 1, hs, length, att.data_ptr(), nh * length, length, length, 1,
+             values.data_ptr(), C * L, L * hs, hs, 1, y.data_ptr(), 1.0, 0, None)
+    return y
