@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinyagent import checks
-from tinyagent.checks import (env_flag, env_path, env_positive_int, finite_nonempty,
+from tinyagent.checks import (all_finite, env_flag, env_path, env_positive_int, finite_nonempty,
                               temperature)
 
 
@@ -171,3 +171,15 @@ def test_write_atomically_writes_only_to_a_file_path(tmp_path, monkeypatch, valu
     with pytest.raises((ValueError, IsADirectoryError), match="path"):
         write_atomically(value, b"x")
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]     # nothing written
+
+
+def test_all_finite_finds_any_inf_or_nan_and_no_false_alarm():
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        big = torch.full((1000,), torch.finfo(dtype).max, dtype=dtype)   # its sum overflows dtype
+        assert all_finite(big, -big, torch.zeros(0, dtype=dtype))
+        for bad in (math.inf, -math.inf, math.nan):
+            broken = big.clone()
+            broken[617] = bad
+            assert not all_finite(torch.ones(3, dtype=dtype), broken), (dtype, bad)
+    with_opposite_infinities = torch.tensor([math.inf, -math.inf])           # sum: NaN
+    assert not all_finite(with_opposite_infinities)

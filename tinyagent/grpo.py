@@ -12,8 +12,8 @@ from torch.profiler import record_function
 from tqdm.auto import trange
 
 from .adam import Adam
-from .checks import (finite_nonempty, instance, nonempty_list, positive_int, real_number, seed_int,
-                     temperature)
+from .checks import (all_finite, finite_nonempty, instance, nonempty_list, positive_int,
+                     real_number, seed_int, temperature)
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .sampler import rollout, token_logprobs
@@ -158,8 +158,9 @@ def grpo_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
 
 
 def reference_logprobs(reference, batch):
-    """The reference policy's log-probabilities of the batch's policy tokens (B, T), no gradient."""
-    with torch.no_grad():
+    """The reference policy's log-probabilities of the batch's policy tokens (B, T), no gradient
+    (its weights stay fixed: each layer transposes its weight once, `Policy.fixed_weights`)."""
+    with torch.no_grad(), reference.fixed_weights():
         ref_logp, _ = token_logprobs(reference, batch.tokens, batch.temperature, batch.policy_mask)
     return ref_logp
 
@@ -202,8 +203,8 @@ class NonFiniteError(FloatingPointError):
 
 
 def require_finite(what, *tensors):
-    """Stop before a non-finite number trains on: one `isfinite` per tensor."""
-    if not all(bool(t.detach().isfinite().all()) for t in tensors):
+    """Stop before a non-finite number trains on."""
+    if not all_finite(*tensors):
         raise NonFiniteError(f"{what} became non-finite (inf or NaN)")
 
 

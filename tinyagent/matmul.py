@@ -32,14 +32,21 @@ def _bmm(a, b, scale=1.0, causal=False, bias=None):
     are read through their strides, so a transposed view (a weight in `linear`) costs no copy in
     Python. Each product is then multiplied by `scale` (rounded to float32, as torch does) and,
     with `causal`, its elements above the diagonal set to -inf: attention's scores. A contiguous
-    float32 `bias` (N,) is added to every row, as torch's `+` adds it: a linear layer's. Plain
-    indexing, no views: a run calls it about 900 times a step, most often on one token's rows."""
+    float32 `bias` (N,) is added to every row, as torch's `+` adds it: a linear layer's. A 2-D b
+    with a contiguous a of another number of dimensions, (..., K), is one matrix for all of a's
+    rows. Plain indexing, no views: a run calls it ~900 times a step, most on one token's rows."""
     shape, sa, sb = a.shape, a.stride(), b.stride()
     n = len(shape)                                  # leading dimensions: n - 2, read as (n1, n2)
-    n1, sa1, sb1 = (shape[0], sa[0], sb[0]) if n == 4 else (1, 0, 0)
-    n2, sa2, sb2 = (shape[n - 3], sa[n - 3], sb[n - 3]) if n > 2 else (1, 0, 0)
+    if len(sb) == 2 != n:                           # a's rows, (rows, K), times one b
+        n1 = n2 = 1
+        sa1 = sa2 = sb1 = sb2 = 0
+        M, sam = math.prod(shape[:-1]), shape[-1]
+    else:
+        n1, sa1, sb1 = (shape[0], sa[0], sb[0]) if n == 4 else (1, 0, 0)
+        n2, sa2, sb2 = (shape[n - 3], sa[n - 3], sb[n - 3]) if n > 2 else (1, 0, 0)
+        M, sam = shape[-2], sa[-2]
     out = torch.empty((*shape[:-1], b.shape[-1]), dtype=torch.float32)
-    _lib.bmm(n1, n2, shape[-2], b.shape[-1], shape[-1], a.data_ptr(), sa1, sa2, sa[-2], sa[-1],
+    _lib.bmm(n1, n2, M, b.shape[-1], shape[-1], a.data_ptr(), sa1, sa2, sam, sa[-1],
              b.data_ptr(), sb1, sb2, sb[-2], sb[-1], out.data_ptr(), scale, causal,
              None if bias is None else bias.data_ptr())
     return out
@@ -159,5 +166,4 @@ def linear(x, weight, bias=None, rows=None):
         return y if bias is None else y + bias
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
         return _Linear.apply(x, weight, bias)
-    out = _bmm(x.reshape(-1, x.shape[-1]), weight.t() if rows is None else rows, bias=bias)
-    return out.view(*x.shape[:-1], weight.shape[0])
+    return _bmm(x.contiguous(), weight.t() if rows is None else rows, bias=bias)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .checks import instance, temperature as check_temperature, token_ids
+from .checks import all_finite, instance, temperature as check_temperature, token_ids
 from .gym import MAX_EPISODE_TOKENS, Episode, Task, call_ended
 from .policy import Policy
 from .vocab import PAD
@@ -37,7 +37,7 @@ class Rollout:
 def check_logits(logits, pos):
     """Refuse the policy's next-token logits at `pos` if any is NaN or infinite: sampling from
     them would go on and score nonsense."""
-    if not torch.isfinite(logits).all():
+    if not all_finite(logits):
         raise FloatingPointError(f"the policy's logits for position {pos} are not finite (NaN or "
                                  f"inf): its weights are probably non-finite (a coefficient or "
                                  f"learning rate that overflows float32); rollout stopped")
@@ -105,8 +105,9 @@ def _decode(policy, episodes, gen, temperature):
     cache = policy.new_cache(B)
     for _ in range(P - 1):                                # prompt positions: nothing to sample
         draw_uniforms(B, gen)
-    logits = policy.prefill(torch.tensor(rows), cache).double()            # (B, V)
-    check_logits(logits, P)
+    logits = policy.prefill(torch.tensor(rows), cache)                     # (B, V)
+    check_logits(logits, P)                           # in the policy's precision: a cheaper sum
+    logits = logits.double()
     running = list(range(B))                              # episodes still in the batch
     for pos in range(P - 1, max_len - 1):                 # the token at pos + 1
         sampled, logprobs = sample_tokens(logits / temperature, draw_uniforms(B, gen)[running])
@@ -128,8 +129,9 @@ def _decode(policy, episodes, gen, temperature):
             running = [running[j] for j in keep]
             cache = [(k[keep], v[keep]) for k, v in cache]
         current = torch.tensor([rows[i][pos + 1] for i in running])
-        logits = policy.step(current, pos + 1, cache).double()                 # (B', V)
+        logits = policy.step(current, pos + 1, cache)                          # (B', V)
         check_logits(logits, pos + 2)
+        logits = logits.double()
     return rows, sampled_at
 
 
