@@ -35,3 +35,17 @@ def test_the_direct_path_is_taken_only_where_it_applies():
         assert not kvcache.direct(qkv.double(), cache)              # another precision
         assert not kvcache.direct(qkv, (cache[0][..., :4], cache[1]))   # a strided cache
     assert not kvcache.direct(qkv.requires_grad_(), cache)          # autograd records the pass
+
+
+def test_compacting_keeps_what_indexing_keeps_in_the_filled_positions():
+    policy = Policy()
+    gen = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64):
+        cache = [tuple(torch.randn(t.shape, generator=gen, dtype=dtype) for t in pair)
+                 for pair in policy.new_cache(9, 20)]
+        expected = [(k[[0, 3, 4, 8]], v[[0, 3, 4, 8]]) for k, v in cache]
+        compacted = kvcache.compact(cache, [0, 3, 4, 8], 12)
+        for (k, v), (ek, ev) in zip(compacted, expected):
+            assert k.shape == ek.shape and v.shape == ev.shape and k.dtype == dtype
+            assert torch.equal(k[..., :12], ek[..., :12]) and torch.equal(v[:, :, :12], ev[:, :, :12])
+            assert k.is_contiguous() and v.is_contiguous()

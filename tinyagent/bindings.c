@@ -82,6 +82,10 @@ ENTRY(scores_grad, "iiiiifi",
 ENTRY(kv_store, "iiiiiiiiiii",
       kv_store((int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5], CF(6), v[7], v[8],
                F(9), F(10)))
+/* kv_compact(n, keep, nh, hs, L, length, keys, values) */
+ENTRY(kv_compact, "iiiiiiii",
+      kv_compact((int)v[0], (const int64_t *)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5],
+                 F(6), F(7)))
 /* gelu_erf_argument(n, x, c, u) and gelu_exp_argument(n, x, c, m) */
 ENTRY(gelu_erf_argument, "iifi", gelu_erf_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
 ENTRY(gelu_exp_argument, "iifi", gelu_exp_argument((size_t)v[0], CF(1), (float)d[2], F(3)))
@@ -97,6 +101,7 @@ static PyMethodDef methods[] = {
     FAST("scores_grad", py_scores_grad),
     {"matmul_path", matmul_path, METH_O, NULL},
     FAST("kv_store", py_kv_store),
+    FAST("kv_compact", py_kv_compact),
     FAST("gelu_erf_argument", py_gelu_erf_argument),
     FAST("gelu_exp_argument", py_gelu_exp_argument),
     FAST("gelu_forward", py_gelu_forward),

@@ -3,6 +3,7 @@
 #ifndef TINYAGENT_KERNELS_H
 #define TINYAGENT_KERNELS_H
 #include <stddef.h>
+#include <stdint.h>
 
 /* matmul.c */
 int tiny_matmul_path(int path);
@@ -16,6 +17,8 @@ void tiny_scores_grad(int n, int M, int N, const float *grad, float *out, float 
 /* kvcache.c */
 void kv_store(int B, int T, int nh, int hs, int L, int pos, const float *qkv, ptrdiff_t row_b,
               ptrdiff_t row_t, float *keys, float *values);
+void kv_compact(int n, const int64_t *keep, int nh, int hs, int L, int length, float *keys,
+                float *values);
 
 /* gelu.c */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u);

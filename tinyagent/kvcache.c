@@ -8,6 +8,8 @@
    a copy rounds nothing, so the bits are those of the assignments. Built by `pip install -e .`
    (setup.py) into tinyagent._kernels, which tinyagent/policy.py calls through bindings.c. */
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -30,4 +32,24 @@ void kv_store(int B, int T, int nh, int hs, int L, int pos, const float *qkv, pt
                 }
             }
         }
+}
+
+/* Episodes keep[0] < keep[1] < ... < keep[n-1] of a cache moved up to rows 0 .. n-1, in place,
+   their first `length` positions only (attention reads no other): what indexing the cache with
+   `keep` gives in its first n rows, without allocating a new cache and copying all L positions
+   of every row. keep[j] >= j, so no row is overwritten before it has moved. */
+void kv_compact(int n, const int64_t *keep, int nh, int hs, int L, int length, float *keys,
+                float *values)
+{
+    size_t episode = (size_t)nh * hs * L;               /* floats per episode, in either */
+    for (int j = 0; j < n; j++) {
+        if (keep[j] == j) continue;
+        const float *key = keys + keep[j] * episode, *value = values + keep[j] * episode;
+        for (int r = 0; r < nh * hs; r++)               /* (nh, hs) rows of L positions */
+            memcpy(keys + j * episode + (size_t)r * L, key + (size_t)r * L,
+                   sizeof(float) * length);
+        for (int h = 0; h < nh; h++)                    /* nh blocks of (L, hs) */
+            memcpy(values + j * episode + (size_t)h * L * hs, value + (size_t)h * L * hs,
+                   sizeof(float) * length * hs);
+    }
 }

@@ -59,3 +59,20 @@ def attend_one_token(qkv, cache, length, n_head):
     _lib.bmm(B, nh, 1, hs, length, att.data_ptr(), nh * length, length, length, 1,
              values.data_ptr(), C * L, L * hs, hs, 1, y.data_ptr(), 1.0, 0, None)
     return y
+
+
+def compact(cache, keep, length):
+    """The cache of the episodes `keep` (increasing indices into its rows) only, as a rollout
+    drops the episodes that ended: per layer (keys, values) with len(keep) rows, equal to
+    `keys[keep]` and `values[keep]` in their first `length` positions, the only ones attention
+    reads. A float32 cache moves the kept rows up in place, their first `length` positions only
+    (kvcache.c); another is indexed."""
+    keys, values = cache[0]
+    if not (keys.dtype == torch.float32 and all(k.is_contiguous() and v.is_contiguous()
+                                                 for k, v in cache)):
+        return [(k[keep], v[keep]) for k, v in cache]
+    rows = torch.tensor(keep, dtype=torch.int64)
+    B, nh, hs, L = keys.shape
+    for k, v in cache:
+        _lib.kv_compact(len(keep), rows.data_ptr(), nh, hs, L, length, k.data_ptr(), v.data_ptr())
+    return [(k[:len(keep)], v[:len(keep)]) for k, v in cache]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import kvcache
 from .checks import all_finite, instance, temperature as check_temperature, token_ids
 from .gym import MAX_EPISODE_TOKENS, Episode, Task, call_ended
 from .policy import Policy
@@ -127,7 +128,7 @@ def _decode(policy, episodes, gen, temperature):
             break
         if len(keep) < len(running):                      # drop finished episodes' cache rows
             running = [running[j] for j in keep]
-            cache = [(k[keep], v[keep]) for k, v in cache]
+            cache = kvcache.compact(cache, keep, pos + 1)    # positions 0 .. pos are filled
         current = torch.tensor([rows[i][pos + 1] for i in running])
         logits = policy.step(current, pos + 1, cache)                          # (B', V)
         check_logits(logits, pos + 2)
