@@ -282,3 +282,16 @@ def test_save_policy_adds_beside_the_shipped_checkpoint_but_never_overwrites_the
         save_policy(Policy(seed=3), study_agent)
     assert study_agent.read_bytes() == before
     save_policy(Policy(seed=3), tmp_path / "elsewhere.pt")      # anywhere else is allowed
+
+
+def test_step_with_rows_gives_those_rows_logits_and_stores_every_row():
+    policy = Policy(seed=5)
+    idx = torch.randint(0, policy.cfg.vocab_size, (6, 9), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        full, some = policy.new_cache(6, 9), policy.new_cache(6, 9)
+        policy.prefill(idx[:, :8], full)
+        policy.prefill(idx[:, :8], some)
+        everything = policy.step(idx[:, 8], 8, full)
+        chosen = policy.step(idx[:, 8], 8, some, [1, 4, 5])
+    assert torch.equal(chosen, everything[[1, 4, 5]])
+    assert all(torch.equal(a, b) for pa, pb in zip(full, some) for a, b in zip(pa, pb))

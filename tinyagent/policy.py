@@ -176,9 +176,12 @@ class Policy(nn.Module):
         token that follows it."""
         return self.head(self.features(idx, cache)[:, -1])          # (B, V)
 
-    def step(self, tokens, pos, cache):
-        """Logits (B, V) after feeding one token per sequence (B,) at position `pos`."""
-        return self.head(self.features(tokens[:, None], cache, pos)[:, 0])   # (B, V)
+    def step(self, tokens, pos, cache, rows=None):
+        """Logits (B, V) after feeding one token per sequence (B,) at position `pos`; with `rows`
+        (a list of indices), only those sequences' logits, (len(rows), V). Every sequence's keys
+        and values are stored either way."""
+        x = self.features(tokens[:, None], cache, pos)[:, 0]                 # (B, C)
+        return self.head(x if rows is None else x[rows])
 
     @contextmanager
     def fixed_weights(self):

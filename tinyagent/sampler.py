@@ -4,7 +4,8 @@ with observation tokens, until `submit` or the turn limit.
 Every episode's prompt has the same length, so the prompts go through the model in one pass
 that fills a preallocated key/value cache. After that, all running episodes advance one
 position per step (a policy-sampled token, or an observation token fed in) with a single
-one-token forward pass; an episode that has ended leaves the batch and its cache rows.
+one-token forward pass, whose logits are computed only for the episodes that sample next; an
+episode that has ended leaves the batch and its cache rows.
 Sampling uses its own float64 uniforms and the inverse CDF with an explicit generator (in
 float64 even for a lower-precision copy of the policy), one uniform per episode and position whether or not that position samples, so an episode's draws
 do not depend on how long the others run, and results do not depend on torch's multinomial.
@@ -110,13 +111,18 @@ def _decode(policy, episodes, gen, temperature):
     check_logits(logits, P)                           # in the policy's precision: a cheaper sum
     logits = logits.double()
     running = list(range(B))                              # episodes still in the batch
+    sampling = running                                    # those whose next token is sampled
     for pos in range(P - 1, max_len - 1):                 # the token at pos + 1
-        sampled, logprobs = sample_tokens(logits / temperature, draw_uniforms(B, gen)[running])
-        sampled_logp = logprobs.gather(1, sampled[:, None])[:, 0].tolist()
-        for i, tok, lp in zip(running, sampled.tolist(), sampled_logp):
+        uniforms = draw_uniforms(B, gen)                  # one per episode, sampled or not
+        picks = iter(())                                  # (token, log-prob) per sampling episode
+        if sampling:
+            sampled, logprobs = sample_tokens(logits / temperature, uniforms[sampling])
+            picks = zip(sampled.tolist(), logprobs.gather(1, sampled[:, None])[:, 0].tolist())
+        for i in running:
             if queues[i]:
                 rows[i].append(queues[i].popleft())
                 continue
+            tok, lp = next(picks)
             rows[i].append(tok)
             sampled_at[i].append((pos + 1, lp))
             calls[i].append(tok)
@@ -130,8 +136,11 @@ def _decode(policy, episodes, gen, temperature):
             running = [running[j] for j in keep]
             cache = kvcache.compact(cache, keep, pos + 1)    # positions 0 .. pos are filled
         current = torch.tensor([rows[i][pos + 1] for i in running])
-        logits = policy.step(current, pos + 1, cache)                          # (B', V)
-        check_logits(logits, pos + 2)
+        # Logits only where the policy samples next: an observation token fed in needs none.
+        heads = [j for j, i in enumerate(running) if not queues[i]]
+        sampling = [running[j] for j in heads]
+        logits = policy.step(current, pos + 1, cache, heads if len(heads) < len(running) else None)
+        check_logits(logits, pos + 2)                                          # (len(heads), V)
         logits = logits.double()
     return rows, sampled_at
 
