@@ -11,6 +11,8 @@ remains of a run is chosen by two pins:
     tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's,
       product of the policy, forward and back)    on any number of threads (each element is
                                                   one thread's chain)
+    tinyagent/kvcache.c (the key/value cache's  none: a copy rounds nothing
+      stores and moves)
     tinyagent/gelu.c (GELU's additions and      none: IEEE 754 rounds each alike (compiled
       multiplications, forward and back)          without fused multiply-adds)
     the CPU's square root (Adam's, adam.py)     none: IEEE 754 defines one result (torch.sqrt
