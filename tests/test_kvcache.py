@@ -49,3 +49,16 @@ def test_compacting_keeps_what_indexing_keeps_in_the_filled_positions():
             assert k.shape == ek.shape and v.shape == ev.shape and k.dtype == dtype
             assert torch.equal(k[..., :12], ek[..., :12]) and torch.equal(v[:, :, :12], ev[:, :, :12])
             assert k.is_contiguous() and v.is_contiguous()
+
+
+def test_direct_decoding_writes_float32_whatever_the_default_dtype():
+    policy = Policy(seed=6)
+    idx = torch.randint(0, policy.cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(6))
+    expected, _ = decoded(policy, idx, 8, grad=False)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got, _ = decoded(policy, idx, 8, grad=False)
+    finally:
+        torch.set_default_dtype(before)
+    assert got.dtype == torch.float32 and torch.equal(got, expected)

@@ -51,11 +51,11 @@ def attend_one_token(qkv, cache, length, n_head):
     keys, values = cache
     B, nh, hs, L = keys.shape
     C = nh * hs
-    att = torch.empty(B, nh, 1, length)                   # q kᵀ / √hs: (B, nh, 1, length)
+    att = torch.empty(B, nh, 1, length, dtype=torch.float32)     # q kᵀ / √hs
     _lib.bmm(B, nh, 1, length, hs, qkv.data_ptr(), 3 * C, hs, 3 * C, 1,
              keys.data_ptr(), C * L, hs * L, L, 1, att.data_ptr(), 1.0 / math.sqrt(hs), 0, None)
     att = F.softmax(att, dim=-1)
-    y = torch.empty(B, 1, C)                              # (B, nh, 1, hs) is (B, 1, C) in memory
+    y = torch.empty(B, 1, C, dtype=torch.float32)        # (B, nh, 1, hs) is (B, 1, C) in memory
     _lib.bmm(B, nh, 1, hs, length, att.data_ptr(), nh * length, length, length, 1,
              values.data_ptr(), C * L, L * hs, hs, 1, y.data_ptr(), 1.0, 0, None)
     return y
@@ -72,7 +72,7 @@ def compact(cache, keep, length):
                                                  for k, v in cache)):
         return [(k[keep], v[keep]) for k, v in cache]
     rows = torch.tensor(keep, dtype=torch.int64)
-    B, nh, hs, L = keys.shape
+    _, nh, hs, L = keys.shape
     for k, v in cache:
         _lib.kv_compact(len(keep), rows.data_ptr(), nh, hs, L, length, k.data_ptr(), v.data_ptr())
     return [(k[:len(keep)], v[:len(keep)]) for k, v in cache]

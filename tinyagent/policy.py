@@ -71,7 +71,7 @@ class CausalSelfAttention(nn.Module):
             if pos > 0 and T > 1:
                 raise ValueError("the cache takes a prefix at position 0 or one token at a time")
             kvcache.store(qkv, cache, pos, self.n_head)
-            if T == 1 and kvcache.direct(qkv, cache):   # a rollout's token: `attend`'s bits,
+            if T == 1 and kvcache.direct(qkv, cache):    # one token: as below, on the cache
                 return self.proj(kvcache.attend_one_token(qkv, cache, pos + 1, self.n_head))
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in qkv.split(C, dim=2))                     # (B, nh, T, hs)

@@ -7,8 +7,9 @@ position per step (a policy-sampled token, or an observation token fed in) with 
 one-token forward pass, whose logits are computed only for the episodes that sample next; an
 episode that has ended leaves the batch and its cache rows.
 Sampling uses its own float64 uniforms and the inverse CDF with an explicit generator (in
-float64 even for a lower-precision copy of the policy), one uniform per episode and position whether or not that position samples, so an episode's draws
-do not depend on how long the others run, and results do not depend on torch's multinomial.
+float64 even for a lower-precision copy of the policy), one uniform per episode and position
+whether or not that position samples, so an episode's draws do not depend on how long the
+others run, and results do not depend on torch's multinomial.
 """
 from collections import deque
 from dataclasses import dataclass
