@@ -87,11 +87,12 @@ def rollout(policy, tasks, gen, temperature=1.0):
     tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
     policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
     logp = torch.zeros(tokens.shape, dtype=torch.float64)
-    for i, pairs in enumerate(sampled_at):
-        if pairs:
-            where, values = zip(*pairs)
-            policy_mask[i, list(where)] = True
-            logp[i, list(where)] = torch.tensor(values, dtype=torch.float64)
+    at = [(i, pos) for i, pairs in enumerate(sampled_at) for pos, _ in pairs]   # (row, position)
+    if at:                                                # one write each for the whole batch
+        where = tuple(torch.tensor(at).T)
+        policy_mask[where] = True
+        logp[where] = torch.tensor([lp for pairs in sampled_at for _, lp in pairs],
+                                   dtype=torch.float64)
     rewards = torch.tensor([ep.reward for ep in episodes], dtype=torch.float64)
     return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
 
