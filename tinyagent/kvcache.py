@@ -7,7 +7,7 @@ splitting q, k and v out of qkv's rows, the slice assignments, the views of the 
 the products, the transposes. Here it is one store (kvcache.c), the two products of `attend`
 called on the cache's memory directly, and the same softmax: the same bits
 (tests/test_kvcache.py), a few operators. Where autograd must record the pass, or the policy is in
-another precision than float32, the views compute it.
+another precision than float32, `CausalSelfAttention` computes it on views, as written there.
 """
 import math
 
@@ -19,31 +19,29 @@ from .kernels import load
 _lib = load("key/value cache's store")
 
 
+def _plain_float32(*tensors):
+    """Whether the C code can read and write the tensors' memory as it is: float32, contiguous."""
+    return all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+
+
 def direct(qkv, cache):
     """Whether the store and attention run on the cache's memory: float32 without a gradient to
-    record, qkv's rows and the cache contiguous."""
-    keys, values = cache
-    return (qkv.dtype == keys.dtype == values.dtype == torch.float32
-            and not (torch.is_grad_enabled() and qkv.requires_grad)
-            and qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous())
+    record, qkv's rows and the cache contiguous. Otherwise `CausalSelfAttention` computes them on
+    views."""
+    return not (torch.is_grad_enabled() and qkv.requires_grad) and _plain_float32(qkv, *cache)
 
 
-def store(qkv, cache, pos, n_head):
+def store(qkv, cache, pos):
     """Store the keys and values of qkv (B, T, 3C), rows [q | k | v] of the tokens at positions
-    pos .. pos+T-1, in `cache` = (keys (B, nh, hs, L), values (B, nh, L, hs))."""
+    pos .. pos+T-1, in `cache` = (keys (B, nh, hs, L), values (B, nh, L, hs)), for a pass that
+    `direct` admits: the slice assignments of `CausalSelfAttention.forward`, as one C loop."""
     keys, values = cache
-    B, T, C3 = qkv.shape
-    C = C3 // 3
-    if direct(qkv, cache):
-        _lib.kv_store(B, T, n_head, C // n_head, keys.shape[-1], pos, qkv.data_ptr(), T * C3,
-                      C3, keys.data_ptr(), values.data_ptr())
-        return
-    k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in qkv[..., C:].split(C, 2))
-    keys[..., pos:pos + T] = k.transpose(2, 3)
-    values[:, :, pos:pos + T] = v
+    _, nh, hs, L = keys.shape
+    _lib.kv_store(qkv.shape[0], qkv.shape[1], nh, hs, L, pos, qkv.data_ptr(),
+                  qkv.shape[1] * qkv.shape[2], qkv.shape[2], keys.data_ptr(), values.data_ptr())
 
 
-def attend_one_token(qkv, cache, length, n_head):
+def attend_one_token(qkv, cache, length):
     """softmax(q kᵀ / √hs) v (B, 1, C) of one token per episode, qkv (B, 1, 3C), over the first
     `length` positions of `cache`, for a float32 pass that `direct` admits: `attend`'s two
     products and softmax, on q in qkv's rows and on the cache itself, through the strides that
@@ -67,12 +65,10 @@ def compact(cache, keep, length):
     `keys[keep]` and `values[keep]` in their first `length` positions, the only ones attention
     reads. A float32 cache moves the kept rows up in place, their first `length` positions only
     (kvcache.c); another is indexed."""
-    keys, values = cache[0]
-    if not (keys.dtype == torch.float32 and all(k.is_contiguous() and v.is_contiguous()
-                                                 for k, v in cache)):
+    if not all(_plain_float32(*pair) for pair in cache):
         return [(k[keep], v[keep]) for k, v in cache]
     rows = torch.tensor(keep, dtype=torch.int64)
-    _, nh, hs, L = keys.shape
+    _, nh, hs, L = cache[0][0].shape
     for k, v in cache:
         _lib.kv_compact(len(keep), rows.data_ptr(), nh, hs, L, length, k.data_ptr(), v.data_ptr())
     return [(k[:len(keep)], v[:len(keep)]) for k, v in cache]

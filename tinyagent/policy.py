@@ -67,16 +67,21 @@ class CausalSelfAttention(nn.Module):
         the prompt) or one new token attending to everything cached before it."""
         B, T, C = x.shape
         qkv = self.qkv(x)                                             # (B, T, 3C): [q | k | v]
+        direct = cache is not None and kvcache.direct(qkv, cache)    # the C store (kvcache.py)
         if cache is not None:
             if pos > 0 and T > 1:
                 raise ValueError("the cache takes a prefix at position 0 or one token at a time")
-            kvcache.store(qkv, cache, pos, self.n_head)
-            if T == 1 and kvcache.direct(qkv, cache):    # one token: as below, on the cache
-                return self.proj(kvcache.attend_one_token(qkv, cache, pos + 1, self.n_head))
+            if direct:
+                kvcache.store(qkv, cache, pos)
+                if T == 1:                                  # one token: as below, on the cache
+                    return self.proj(kvcache.attend_one_token(qkv, cache, pos + 1))
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in qkv.split(C, dim=2))                     # (B, nh, T, hs)
         if cache is not None:
             keys, values = cache                                     # keys stored as kᵀ
+            if not direct:
+                keys[..., pos:pos + T] = k.transpose(2, 3)
+                values[:, :, pos:pos + T] = v
             k, v = keys[..., :pos + T].transpose(2, 3), values[:, :, :pos + T]  # (B, nh, pos+T, hs)
         y = self.attend(q, k, v, causal=T > 1)                        # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)              # (B, T, C)
