@@ -179,7 +179,8 @@ def rl_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen, loss_fn=
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
         for mb in order.chunk(cfg.minibatches):
-            logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
+            with policy.fixed_weights():                 # fixed until the step below
+                logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
             if mismatch is None:
                 mismatch = mismatch_kl(logp.detach(), old_logp[mb], mask[mb]).item()
             loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,

@@ -138,11 +138,12 @@ class _Linear(torch.autograd.Function):
     orders the sum), as autograd's `+` takes it; the products get it flattened into rows."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, weight_rows):
         rows = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, weight)
         ctx.x_shape = x.shape
-        return _bmm(rows, weight.t(), bias=bias).view(*x.shape[:-1], weight.shape[0])
+        return _bmm(rows, weight.t() if weight_rows is None else weight_rows,
+                    bias=bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad):
@@ -151,19 +152,19 @@ class _Linear(torch.autograd.Function):
         grad = grad.reshape(-1, grad.shape[-1])
         grad_x = _bmm(grad, weight).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         grad_weight = _bmm(grad.t(), rows) if ctx.needs_input_grad[1] else None
-        return grad_x, grad_weight, grad_bias
+        return grad_x, grad_weight, grad_bias, None
 
 
 def linear(x, weight, bias=None, rows=None):
     """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel, the
-    bias added as each product is stored (the same bits as `+`, one operator less). Without a
-    gradient to record, `rows`, weight.T copied into rows (`Policy.fixed_weights`), spares the
-    kernel its copy of the transposed weight."""
+    bias added as each product is stored (the same bits as `+`, one operator less). `rows`,
+    weight.T copied into rows (`Policy.fixed_weights`), spares the kernel its copy of the
+    transposed weight at every product; the gradients are taken from the weight itself."""
     if bias is None or not x.dtype == weight.dtype == bias.dtype == torch.float32 \
             or x.shape[-1] != weight.shape[1] or bias.shape != weight.shape[:1] \
             or not bias.is_contiguous():
         y = matmul(x, weight.t())           # another precision, no bias, or bad input's errors
         return y if bias is None else y + bias
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
-        return _Linear.apply(x, weight, bias)
+        return _Linear.apply(x, weight, bias, rows)
     return _bmm(x.contiguous(), weight.t() if rows is None else rows, bias=bias)

@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import kvcache
+from .decode import OneTokenPass
 from .checks import path as path_arg, positive_int
 from .files import write_atomically
 from .gelu import gelu
@@ -121,6 +122,7 @@ class Block(nn.Module):
 class Policy(nn.Module):
     """Token ids (B, T) to next-token logits (B, T, V). Untied input and output embeddings
     (tied ones learned to copy names much more slowly)."""
+    one_token = None    # decode.OneTokenPass, while `fixed_weights` holds the weights' rows
 
     def __init__(self, cfg=PolicyConfig(), seed=0):
         super().__init__()
@@ -150,11 +152,7 @@ class Policy(nn.Module):
         """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
         pos .. pos+T-1 (with a `cache`, see CausalSelfAttention)."""
         B, T = idx.shape
-        if pos + T > self.cfg.block_size:
-            raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
-        if cache is not None and pos + T > cache[0][0].shape[-1]:
-            raise ValueError(f"sequence length {pos + T} exceeds the cache's "
-                             f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
+        self._check_positions(pos, T, cache)
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
@@ -162,6 +160,14 @@ class Policy(nn.Module):
 
     def forward(self, idx):
         return self.head(self.features(idx))                         # (B, T, V)
+
+    def _check_positions(self, pos, T, cache):
+        """Refuse positions pos .. pos+T-1 past block_size or past the cache's length."""
+        if pos + T > self.cfg.block_size:
+            raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
+        if cache is not None and pos + T > cache[0][0].shape[-1]:
+            raise ValueError(f"sequence length {pos + T} exceeds the cache's "
+                             f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
 
     def new_cache(self, batch_size, length=None):
         """Preallocated keys and values for incremental decoding of up to `length` positions
@@ -184,24 +190,34 @@ class Policy(nn.Module):
     def step(self, tokens, pos, cache, rows=None):
         """Logits (B, V) after feeding one token per sequence (B,) at position `pos`; with `rows`
         (a list of indices), only those sequences' logits, (len(rows), V). Every sequence's keys
-        and values are stored either way."""
+        and values are stored either way. While the weights are fixed, without a gradient, the
+        pass is `decode.OneTokenPass`: the same kernels without the modules around them."""
+        if self.one_token is not None and self.one_token.applies(cache):
+            self._check_positions(pos, 1, cache)
+            return self.one_token(tokens, pos, cache, rows)
         x = self.features(tokens[:, None], cache, pos)[:, 0]                 # (B, C)
         return self.head(x if rows is None else x[rows])
 
     @contextmanager
     def fixed_weights(self):
-        """For a pass that leaves the weights alone (a rollout): each linear layer transposes its
-        weight into rows once, not at every product, since the kernel reads its second operand
-        by rows. A copy rounds nothing, so the bits are the same; only products without a
-        gradient read the copies, so a gradient still reaches the weights."""
+        """For passes that leave the weights alone (a rollout, the passes of one minibatch):
+        each linear layer transposes its weight into rows once, not at every product, since the
+        kernel reads its second operand by rows. A copy rounds nothing, so the bits are the same;
+        the forward products read the copies and the gradients are taken from the weights, so a
+        gradient still reaches them. The weights must not change inside."""
         layers = [m for m in self.modules() if isinstance(m, Linear) and m.rows is None]
         for layer in layers:
             layer.rows = layer.weight.detach().t().contiguous()
+        plan = self.one_token is None and self.head.weight.dtype == torch.float32
+        if plan:
+            self.one_token = OneTokenPass(self)
         try:
             yield self
         finally:
             for layer in layers:
                 layer.rows = None
+            if plan:
+                self.one_token = None
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())
