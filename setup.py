@@ -1,18 +1,19 @@
 """Builds the package's C files into one extension module, tinyagent._kernels: matmul.c, the
-policy's matrix products, kvcache.c, its key/value cache's store, gelu.c, its GELU, and
-bindings.c, their Python entry points (the rest of the metadata is in pyproject.toml); kernels.h
-declares what they share. It needs Python's headers,
-not torch's. The run cache's code hash covers the same files (harness/cache.py), so that a change
-to a kernel recomputes runs."""
+policy's matrix products, kvcache.c, its key/value cache's store, gelu.c, its GELU, adam.c, its
+optimizer's step, and bindings.c, their Python entry points (the rest of the metadata is in
+pyproject.toml); kernels.h declares what they share. It needs Python's headers, not torch's. The
+run cache's code hash covers the same files (harness/cache.py), so that a change to a kernel
+recomputes runs."""
 import platform
 from glob import glob
 
 from setuptools import Extension, setup
 
 # -ffp-contract=off: no multiply and add fused unless the code says so. Beyond that, any flags
-# give the same bits (the order of every operation is the code's); these give speed.
+# give the same bits (the order of every operation is the code's); these give speed
+# (-fno-math-errno lets Adam's square roots run as vector instructions: the same roots).
 x86 = platform.machine().lower() in ("x86_64", "amd64")
-flags = ["-O3", "-ffp-contract=off"] + (["-mavx2", "-mfma"] if x86 else [])
+flags = ["-O3", "-ffp-contract=off", "-fno-math-errno"] + (["-mavx2", "-mfma"] if x86 else [])
 # On Linux the kernels share large work between threads with OpenMP, linked as libgomp.so.1: the
 # soname of the copy torch's wheel ships and loads first, so the kernels' threads are torch's own.
 # Elsewhere (Apple's compiler has no -fopenmp) they are built without it and run on one thread.

@@ -134,3 +134,37 @@ def test_a_state_for_other_parameters_is_refused():
 def test_adam_refuses_settings_outside_its_domain(kwargs):
     with pytest.raises(ValueError, match="Adam needs lr > 0, eps > 0 and two betas in"):
         Adam([torch.zeros(2, requires_grad=True)], **kwargs)
+
+
+def test_the_float32_step_in_c_has_the_bits_of_the_torch_operators():
+    """adam.c against `torch_step` on the policy's parameters, their shapes' every tail of a
+    vector, over steps whose gradients span ten orders of magnitude; a float64 parameter takes
+    the torch operators themselves."""
+    from tinyagent.adam import torch_step
+    from tinyagent.policy import Policy
+    g = torch.Generator().manual_seed(11)
+    ours = [p.detach().clone() for p in Policy(seed=4).parameters()]
+    ours.append(torch.randn(13, generator=g, dtype=torch.float64))
+    theirs = [p.clone() for p in ours]
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in theirs]
+    opt = Adam(ours, lr=2e-3)
+    for t in range(1, 9):
+        for p, q in zip(ours, theirs):
+            p.grad = q.grad = torch.randn(p.shape, generator=g, dtype=p.dtype) * 10.0 ** (t - 7)
+        opt.step()
+        for q, (m, v) in zip(theirs, moments):
+            torch_step(q, q.grad, m, v, 0.9, 0.999, (1 - 0.999 ** t) ** 0.5, 1e-8,
+                       -(2e-3 / (1 - 0.9 ** t)))
+        assert all(torch.equal(p, q) for p, q in zip(ours, theirs)), t
+    for i, (m, v) in enumerate(moments):
+        state = opt.state[i]
+        assert torch.equal(state["exp_avg"], m) and torch.equal(state["exp_avg_sq"], v)
+
+
+def test_a_step_in_c_is_seen_by_autograd_as_an_in_place_change():
+    p = torch.ones(8, requires_grad=True)
+    y = (p * p).sum()                                      # saves p for its gradient
+    p.grad = torch.ones(8)
+    Adam([p]).step()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()

@@ -7,15 +7,30 @@ last bit), and its bits differ between Intel and AMD CPUs: the first optimizer s
 two vendors' runs parted. IEEE 754 defines one correct square root, which the CPU's own instruction
 computes; numpy's `sqrt` uses it. Everything else here is ATen's elementwise arithmetic, in the
 order of torch.optim.Adam's single-tensor step (the one it takes on a CPU), so the two differ only
-where torch's square root is not the correctly rounded one.
+where torch's square root is not the correctly rounded one. A float32 parameter takes that step in
+one pass of C (adam.c), with the bits of the torch operators (`torch_step`, tests/test_adam.py).
 """
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
+
+from .kernels import load
+
+_lib = load("Adam step")
 
 
 def exact_sqrt(x):
     """The correctly rounded square root of every element of a float32 or float64 CPU tensor."""
     return torch.from_numpy(np.sqrt(x.detach().contiguous().numpy()))
+
+
+def torch_step(p, g, m, v, beta1, beta2, bias2, eps, step):
+    """Adam's step of one parameter as torch operators, in place: moments m and v from gradient
+    g, then p, with the bias corrections sqrt(1 - beta2^t) (`bias2`) and -lr / (1 - beta1^t)
+    (`step`). What adam.c computes for float32, bit for bit."""
+    m.lerp_(g, 1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    p.addcdiv_(m, (exact_sqrt(v) / bias2).add_(eps), value=step)
 
 
 class Adam:
@@ -47,14 +62,19 @@ class Adam:
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            state = self.state.setdefault(i, {"step": 0, "exp_avg": torch.zeros_like(p),
-                                              "exp_avg_sq": torch.zeros_like(p)})
+            state = self.state.get(i)
+            if state is None:
+                state = self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p),
+                                         "exp_avg_sq": torch.zeros_like(p)}
             state["step"] += 1
             m, v, g, t = state["exp_avg"], state["exp_avg_sq"], p.grad, state["step"]
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            denom = (exact_sqrt(v) / (1 - beta2 ** t) ** 0.5).add_(eps)
-            p.addcdiv_(m, denom, value=-(lr / (1 - beta1 ** t)))
+            bias2, step = (1 - beta2 ** t) ** 0.5, -(lr / (1 - beta1 ** t))
+            if all(x.dtype == torch.float32 and x.is_contiguous() for x in (p, g, m, v)):
+                _lib.adam_step(p.numel(), p.data_ptr(), g.data_ptr(), m.data_ptr(), v.data_ptr(),
+                               1 - beta1, beta2, 1 - beta2, bias2, eps, step)
+                increment_version(p)         # as an in-place operator would: autograd sees it
+            else:
+                torch_step(p, g, m, v, beta1, beta2, bias2, eps, step)
 
     def state_dict(self):
         """The settings and every parameter's state (the tensors themselves, not copies)."""

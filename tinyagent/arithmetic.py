@@ -4,7 +4,7 @@ A 40-step run turns a last-bit difference in arithmetic into a different sampled
 different run, and several libraries inside the torch wheel pick their code by the CPU they find
 (under MKL's reproducibility branch, Intel and AMD still computed the first optimizer step
 differently). So the policy's matrix products are our own (matmul.c: a fixed order of summation,
-the same bits on any CPU), Adam's square root is the correctly rounded one (adam.py), and what
+the same bits on any CPU), Adam's square root is the correctly rounded one (adam.c), and what
 remains of a run is chosen by two pins:
 
     library (what of ours runs on it)          pin
@@ -15,12 +15,14 @@ remains of a run is chosen by two pins:
       stores and moves)
     tinyagent/gelu.c (GELU's additions and      none: IEEE 754 rounds each alike (compiled
       multiplications, forward and back)          without fused multiply-adds)
-    the CPU's square root (Adam's, adam.py)     none: IEEE 754 defines one result (torch.sqrt
-                                                  calls MKL, which rounds it otherwise, and
-                                                  differently on Intel and AMD)
+    tinyagent/adam.c (Adam's step of a float32  none: IEEE 754 rounds each alike, fused only
+      parameter, its square root the CPU's        where the code says; the square root is the
+      correctly rounded one)                      correctly rounded one (torch.sqrt calls MKL,
+                                                  which rounds it otherwise, and differently on
+                                                  Intel and AMD)
     ATen's vectorized kernels (layer norm,      ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
-      softmax, log-softmax, sums, Adam's other    the CPU has AVX-512
-      operations, sampling in float64)
+      softmax, log-softmax, sums, sampling in     the CPU has AVX-512
+      float64)
     MKL's vector math (float32 exp, and erf     MKL_CBWR=COMPATIBLE,STRICT: the same bits on the
       for GELU: ATen calls it)                    Intel Xeon and AMD Zen 3, 4 and 5 measured
                                                   (tests/test_vendor.py); unpinned, Intel's AUTO

@@ -1,4 +1,4 @@
-/* Python's entry points to matmul.c, kvcache.c and gelu.c: the module tinyagent._kernels.
+/* Python's entry points to matmul.c, kvcache.c, gelu.c and adam.c: the module tinyagent._kernels.
 
    A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
    which take a few microseconds. Through ctypes, which converts tiny_bmm's 19 arguments one by
@@ -95,6 +95,11 @@ ENTRY(gelu_forward, "iiii", gelu_forward((size_t)v[0], CF(1), CF(2), F(3)))
 ENTRY(gelu_backward, "iiiiiffi",
       gelu_backward((size_t)v[0], CF(1), CF(2), CF(3), CF(4), (float)d[5], (float)d[6], F(7)))
 
+/* adam_step(n, p, g, m, v, one_minus_beta1, beta2, one_minus_beta2, bias2, eps, step) */
+ENTRY(adam_step, "iiiiifffff" "f",
+      adam_step((size_t)v[0], F(1), CF(2), F(3), F(4), (float)d[5], (float)d[6], (float)d[7],
+                (float)d[8], (float)d[9], (float)d[10]))
+
 #define FAST(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
     FAST("bmm", bmm),
@@ -106,9 +111,11 @@ static PyMethodDef methods[] = {
     FAST("gelu_exp_argument", py_gelu_exp_argument),
     FAST("gelu_forward", py_gelu_forward),
     FAST("gelu_backward", py_gelu_backward),
+    FAST("adam_step", py_adam_step),
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
-                                    "tinyagent's C kernels (matmul.c, kvcache.c, gelu.c)", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "tinyagent's C kernels (matmul.c, kvcache.c, gelu.c, adam.c)",
+    -1, methods};
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

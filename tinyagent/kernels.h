@@ -1,5 +1,5 @@
-/* The C kernels' functions, as matmul.c, kvcache.c and gelu.c define them and bindings.c calls them: one
-   declaration, which the compiler checks against both sides. */
+/* The C kernels' functions, as matmul.c, kvcache.c, gelu.c and adam.c define them and bindings.c
+   calls them: one declaration, which the compiler checks against both sides. */
 #ifndef TINYAGENT_KERNELS_H
 #define TINYAGENT_KERNELS_H
 #include <stddef.h>
@@ -19,6 +19,10 @@ void kv_store(int B, int T, int nh, int hs, int L, int pos, const float *qkv, pt
               ptrdiff_t row_t, float *keys, float *values);
 void kv_compact(int n, const int64_t *keep, int nh, int hs, int L, int length, float *keys,
                 float *values);
+
+/* adam.c */
+void adam_step(size_t n, float *p, const float *g, float *m, float *v, float one_minus_beta1,
+               float beta2, float one_minus_beta2, float bias2, float eps, float step);
 
 /* gelu.c */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u);
