@@ -1,9 +1,9 @@
 """Builds the package's C files into one extension module, tinyagent._kernels: matmul.c, the
 policy's matrix products, kvcache.c, its key/value cache's store, gelu.c, its GELU, adam.c, its
-optimizer's step, and bindings.c, their Python entry points (the rest of the metadata is in
-pyproject.toml); kernels.h declares what they share. It needs Python's headers, not torch's. The
-run cache's code hash covers the same files (harness/cache.py), so that a change to a kernel
-recomputes runs."""
+optimizer's step, softmax.c, attention's softmax, and bindings.c, their Python entry points (the
+rest of the metadata is in pyproject.toml); kernels.h declares what they share. It needs Python's
+headers, not torch's. The run cache's code hash covers the same files (harness/cache.py), so that
+a change to a kernel recomputes runs."""
 import platform
 from glob import glob
 

@@ -1,4 +1,5 @@
-/* Python's entry points to matmul.c, kvcache.c, gelu.c and adam.c: the module tinyagent._kernels.
+/* Python's entry points to matmul.c, kvcache.c, gelu.c, adam.c and softmax.c: the module
+   tinyagent._kernels.
 
    A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
    which take a few microseconds. Through ctypes, which converts tiny_bmm's 19 arguments one by
@@ -100,6 +101,19 @@ ENTRY(adam_step, "iiiiifffff" "f",
       adam_step((size_t)v[0], F(1), CF(2), F(3), F(4), (float)d[5], (float)d[6], (float)d[7],
                 (float)d[8], (float)d[9], (float)d[10]))
 
+/* causal_softmax(rows, n, x, y): True, or False where softmax.c is not built */
+static PyObject *causal_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t v[4];
+    double d[4];
+    if (read_args("causal_softmax", "iiii", args, nargs, v, d)) return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tiny_causal_softmax((int64_t)v[0], (int64_t)v[1], CF(2), F(3));
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(status == 0);
+}
+
 #define FAST(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
     FAST("bmm", bmm),
@@ -112,10 +126,11 @@ static PyMethodDef methods[] = {
     FAST("gelu_forward", py_gelu_forward),
     FAST("gelu_backward", py_gelu_backward),
     FAST("adam_step", py_adam_step),
+    FAST("causal_softmax", causal_softmax),
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_kernels", "tinyagent's C kernels (matmul.c, kvcache.c, gelu.c, adam.c)",
-    -1, methods};
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "tinyagent's C kernels (matmul.c, kvcache.c, gelu.c, adam.c, softmax.c)", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

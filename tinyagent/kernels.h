@@ -1,5 +1,5 @@
-/* The C kernels' functions, as matmul.c, kvcache.c, gelu.c and adam.c define them and bindings.c
-   calls them: one declaration, which the compiler checks against both sides. */
+/* The C kernels' functions, as matmul.c, kvcache.c, gelu.c, adam.c and softmax.c define them and
+   bindings.c calls them: one declaration, which the compiler checks against both sides. */
 #ifndef TINYAGENT_KERNELS_H
 #define TINYAGENT_KERNELS_H
 #include <stddef.h>
@@ -23,6 +23,9 @@ void kv_compact(int n, const int64_t *keep, int nh, int hs, int L, int length, f
 /* adam.c */
 void adam_step(size_t n, float *p, const float *g, float *m, float *v, float one_minus_beta1,
                float beta2, float one_minus_beta2, float bias2, float eps, float step);
+
+/* softmax.c: 0, or -1 where it is not built (no AVX2: torch computes the softmax) */
+int tiny_causal_softmax(int64_t rows, int64_t n, const float *x, float *y);
 
 /* gelu.c */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u);

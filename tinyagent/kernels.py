@@ -1,5 +1,6 @@
-"""Loads tinyagent's C kernels (matmul.c, kvcache.c, gelu.c, adam.c), which `pip install -e .`
-compiles (setup.py) into the extension module tinyagent._kernels (entry points in bindings.c)."""
+"""Loads tinyagent's C kernels (matmul.c, kvcache.c, gelu.c, adam.c, softmax.c), which
+`pip install -e .` compiles (setup.py) into the extension module tinyagent._kernels (entry
+points in bindings.c)."""
 import importlib
 
 
@@ -11,5 +12,6 @@ def load(what):
     except ModuleNotFoundError:
         raise ImportError(f"tinyagent's {what} is not built (no tinyagent/_kernels*.so): install "
                           f"the package with `pip install -e .` (what `make setup` runs), which "
-                          f"compiles tinyagent/matmul.c, kvcache.c, gelu.c, adam.c and bindings.c "
-                          f"with the machine's C compiler and Python's headers") from None
+                          f"compiles tinyagent/matmul.c, kvcache.c, gelu.c, adam.c, softmax.c and "
+                          f"bindings.c with the machine's C compiler and Python's "
+                          f"headers") from None

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import kvcache
 from .decode import OneTokenPass
@@ -24,6 +23,7 @@ from .checks import path as path_arg, positive_int
 from .files import write_atomically
 from .gelu import gelu
 from .matmul import linear, matmul, scores
+from .softmax import softmax
 from .vocab import VOCAB_SIZE
 
 DTYPE = torch.float32   # under the pinned arithmetic (arithmetic.py) float32 is as reproducible
@@ -93,7 +93,7 @@ class CausalSelfAttention(nn.Module):
         """softmax(q kᵀ / √hs) v for q (B, nh, T, hs) and k, v (B, nh, L, hs); `causal` masks the
         future of a prefix (T = L)."""
         att = scores(q, k, causal)                                    # (B, nh, T, L)
-        return matmul(F.softmax(att, dim=-1), v)                      # (B, nh, T, hs)
+        return matmul(softmax(att, causal), v)                        # (B, nh, T, hs)
 
 
 class MLP(nn.Module):
