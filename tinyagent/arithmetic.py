@@ -20,11 +20,11 @@ remains of a run is chosen by two pins:
       correctly rounded one)                      correctly rounded one (torch.sqrt calls MKL,
                                                   which rounds it otherwise, and differently on
                                                   Intel and AMD)
-    tinyagent/softmax.c (attention's softmax,   none: ATen's AVX2 order and SLEEF's exp written
-      forward)                                    out, fused where they fuse
+    tinyagent/softmax.c (attention's softmax    none: ATen's AVX2 order and SLEEF's exp written
+      over a prefix, forward)                     out, fused where they fuse
     ATen's vectorized kernels (layer norm,      ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
-      softmax's gradient, log-softmax, sums,      the CPU has AVX-512
-      sampling in float64)
+      one token's softmax, softmax's gradient,    the CPU has AVX-512
+      log-softmax, sums, sampling in float64)
     MKL's vector math (float32 exp, and erf     MKL_CBWR=COMPATIBLE,STRICT: the same bits on the
       for GELU: ATen calls it)                    Intel Xeon and AMD Zen 3, 4 and 5 measured
                                                   (tests/test_vendor.py); unpinned, Intel's AUTO
