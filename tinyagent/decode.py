@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kvcache
-from .gelu import ERF_SCALE, _lib as _gelu
+from .gelu import gelu_float32
 from .matmul import _lib as _matmul
 
 
@@ -62,10 +62,6 @@ class OneTokenPass:
             kvcache.store(q_k_v, layer, pos)
             x += linear(kvcache.attend_one_token(q_k_v, layer, pos + 1)[:, 0], proj)
             h = linear(F.layer_norm(x, (C,), *ln_2), fc)                  # (B, 4C)
-            e = torch.empty_like(h)
-            _gelu.gelu_erf_argument(h.numel(), h.data_ptr(), ERF_SCALE, e.data_ptr())
-            torch.erf(e, out=e)
-            _gelu.gelu_forward(h.numel(), h.data_ptr(), e.data_ptr(), e.data_ptr())
-            x += linear(e, fc_proj)
+            x += linear(gelu_float32(h, keep_erf=False), fc_proj)
         x = F.layer_norm(x, (C,), *self.ln_f)
         return linear(x if rows is None else x[rows], self.head)

@@ -21,20 +21,21 @@ def gelu_expression(x):
     return 0.5 * x * (1.0 + torch.erf(x * ERF_SCALE))
 
 
-def _forward(x):
-    """GELU of a contiguous float32 x, and erf(x/√2), which the gradient needs."""
-    u = torch.empty_like(x)
-    _lib.gelu_erf_argument(x.numel(), x.data_ptr(), ERF_SCALE, u.data_ptr())
-    e = torch.erf(u)
-    y = torch.empty_like(x)
+def gelu_float32(x, keep_erf=True):
+    """GELU of a contiguous float32 x, and erf(x/√2), which the gradient needs (without
+    `keep_erf`, GELU is written over it and returned alone)."""
+    e = torch.empty_like(x)
+    _lib.gelu_erf_argument(x.numel(), x.data_ptr(), ERF_SCALE, e.data_ptr())
+    torch.erf(e, out=e)                                       # in place: the same bits
+    y = torch.empty_like(x) if keep_erf else e
     _lib.gelu_forward(x.numel(), x.data_ptr(), e.data_ptr(), y.data_ptr())
-    return y, e
+    return (y, e) if keep_erf else y
 
 
 class _GELU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        y, e = _forward(x)
+        y, e = gelu_float32(x)
         ctx.save_for_backward(x, e)
         return y
 
@@ -59,4 +60,4 @@ def gelu(x):
     x = x.contiguous()
     if torch.is_grad_enabled() and x.requires_grad:
         return _GELU.apply(x)
-    return _forward(x)[0]
+    return gelu_float32(x, keep_erf=False)
