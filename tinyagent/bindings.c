@@ -62,19 +62,27 @@ static PyObject *matmul_path(PyObject *self, PyObject *arg)
     return PyLong_FromLong(tiny_matmul_path((int)path));
 }
 
-/* An entry point `py_<name>` for a kernel that returns nothing: its arguments read as `format`
-   says into v (ints and addresses) and d (floats), then `call` without the GIL. */
-#define ENTRY(name, format, call)                                                              \
+static PyObject *none(long status) { (void)status; Py_RETURN_NONE; }
+static PyObject *succeeded(long status) { return PyBool_FromLong(status == 0); }
+
+/* An entry point `py_<name>`: its arguments read as `format` says into v (ints and addresses)
+   and d (floats), then `expression` evaluated without the GIL, and its value handed to
+   `to_python` for what Python gets back. */
+#define ENTRY_RETURNING(name, format, expression, to_python)                                   \
     static PyObject *py_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs)        \
     {                                                                                          \
         Py_ssize_t v[sizeof(format) - 1];                                                      \
         double d[sizeof(format) - 1];                                                          \
+        long result;                                                                           \
         if (read_args(#name, format, args, nargs, v, d)) return NULL;                          \
         Py_BEGIN_ALLOW_THREADS                                                                 \
-        call;                                                                                  \
+        result = (expression);                                                                 \
         Py_END_ALLOW_THREADS                                                                   \
-        Py_RETURN_NONE;                                                                        \
+        return to_python(result);                                                              \
     }
+
+/* The same for a kernel that returns nothing: Python gets None. */
+#define ENTRY(name, format, call) ENTRY_RETURNING(name, format, ((call), 0L), none)
 
 /* scores_grad(n, M, N, grad, out, scale, causal) */
 ENTRY(scores_grad, "iiiiifi",
@@ -97,22 +105,13 @@ ENTRY(gelu_backward, "iiiiiffi",
       gelu_backward((size_t)v[0], CF(1), CF(2), CF(3), CF(4), (float)d[5], (float)d[6], F(7)))
 
 /* adam_step(n, p, g, m, v, one_minus_beta1, beta2, one_minus_beta2, bias2, eps, step) */
-ENTRY(adam_step, "iiiiifffff" "f",
+ENTRY(adam_step, "iiiiiffffff",
       adam_step((size_t)v[0], F(1), CF(2), F(3), F(4), (float)d[5], (float)d[6], (float)d[7],
                 (float)d[8], (float)d[9], (float)d[10]))
 
 /* causal_softmax(rows, n, x, y): True, or False where softmax.c is not built */
-static PyObject *causal_softmax(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t v[4];
-    double d[4];
-    if (read_args("causal_softmax", "iiii", args, nargs, v, d)) return NULL;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = tiny_causal_softmax((int64_t)v[0], (int64_t)v[1], CF(2), F(3));
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(status == 0);
-}
+ENTRY_RETURNING(causal_softmax, "iiii",
+                tiny_causal_softmax((int64_t)v[0], (int64_t)v[1], CF(2), F(3)), succeeded)
 
 #define FAST(name, function) {name, (PyCFunction)(void (*)(void))function, METH_FASTCALL, NULL}
 static PyMethodDef methods[] = {
@@ -126,7 +125,7 @@ static PyMethodDef methods[] = {
     FAST("gelu_forward", py_gelu_forward),
     FAST("gelu_backward", py_gelu_backward),
     FAST("adam_step", py_adam_step),
-    FAST("causal_softmax", causal_softmax),
+    FAST("causal_softmax", py_causal_softmax),
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
