@@ -2,6 +2,8 @@
 operands alone (not on how the kernel blocks them, so not on the CPU)."""
 import importlib
 import math
+import os
+import subprocess
 import sys
 
 import pytest
@@ -12,7 +14,7 @@ from tinyagent import kernels
 from tinyagent.arithmetic import torch_threads
 from tinyagent.grpo import frozen_copy
 from tinyagent.harness.runs import params_sha256
-from tinyagent.matmul import linear, matmul, scores, use_path
+from tinyagent.matmul import IMITATE_NO_AVX512, linear, matmul, scores, use_path
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
 
@@ -308,6 +310,41 @@ def test_training_steps_give_the_same_parameters_on_every_path():
     finally:
         use_path("fastest")
     assert len(set(digests.values())) == 1, digests
+
+
+IMITATED = """
+import hashlib
+import torch
+from tinyagent.matmul import matmul, use_path
+a = torch.randn(70, 66, generator=torch.Generator().manual_seed(1))
+b = torch.randn(66, 198, generator=torch.Generator().manual_seed(2))
+print(use_path("fastest"), use_path("avx512"), use_path("avx2"), use_path("fastest"))
+print(hashlib.sha256(matmul(a, b).numpy().tobytes()).hexdigest())
+"""
+
+
+def run_imitated(value):
+    env = {**os.environ, IMITATE_NO_AVX512: value}
+    return subprocess.run([sys.executable, "-c", IMITATED], env=env, capture_output=True, text=True)
+
+
+def test_imitating_a_cpu_without_avx512_caps_every_path_and_keeps_the_bits():
+    """TINYAGENT_IMITATE_NO_AVX512=1 makes even a request for AVX-512 compute on AVX2 (what a CPU
+    without it takes), and the products keep their bits; 0 leaves the fastest path."""
+    imitated, plain = run_imitated("1"), run_imitated("0")
+    assert imitated.returncode == plain.returncode == 0, imitated.stderr + plain.stderr
+    paths, products = imitated.stdout.splitlines()
+    assert paths == "avx2 avx2 avx2 avx2"
+    assert plain.stdout.splitlines()[0].split()[0] == use_path("fastest")
+    assert products == plain.stdout.splitlines()[1]
+
+
+def test_a_bad_imitation_value_or_path_names_what_is_allowed():
+    done = run_imitated("yes")
+    assert done.returncode != 0
+    assert "TINYAGENT_IMITATE_NO_AVX512='yes': allowed are 1" in done.stderr
+    with pytest.raises(ValueError, match="unknown path 'sse'; allowed: fastest, scalar, avx2, avx512"):
+        use_path("sse")
 
 
 def test_a_missing_build_names_the_install_step(monkeypatch):

@@ -9,6 +9,7 @@ what follows a product, in the same pass and with torch's bits: attention's scal
 (`scores`), and a linear layer's bias (`linear`).
 """
 import math
+import os
 
 import torch
 
@@ -16,14 +17,36 @@ from .kernels import load
 
 _lib = load("matrix kernel")
 PATHS = {"fastest": 0, "scalar": 1, "avx2": 2, "avx512": 3}
+# Set to 1, the kernel computes as on a CPU without AVX-512 (AMD Zen 3, many Intel laptops) on one
+# that has it: every path asked for is capped at AVX2, "fastest" included. `make test` under it
+# checks the promise "with or without AVX-512" on a machine that has AVX-512.
+IMITATE_NO_AVX512 = "TINYAGENT_IMITATE_NO_AVX512"
+
+
+def _ceiling():
+    """The fastest path allowed: AVX2 when IMITATE_NO_AVX512 is 1, else AVX-512."""
+    value = os.environ.get(IMITATE_NO_AVX512, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{IMITATE_NO_AVX512}={value!r}: allowed are 1 (compute as a CPU without "
+                         f"AVX-512 would), or 0 or unset (the fastest path this CPU has)")
+    return PATHS["avx2"] if value == "1" else PATHS["avx512"]
+
+
+_CEILING = _ceiling()
 
 
 def use_path(name):
     """Make the kernel compute on one path ("scalar", "avx2", "avx512", or "fastest", the default)
-    and return the one in force (a path this CPU lacks falls back to the fastest it has): all
-    give the same bits, which the tests show this way."""
-    in_force = _lib.matmul_path(PATHS[name])
+    and return the one in force (a path this CPU lacks, or IMITATE_NO_AVX512 forbids, falls back
+    to the fastest below it): all give the same bits, which the tests show this way."""
+    if name not in PATHS:
+        raise ValueError(f"unknown path {name!r}; allowed: {', '.join(PATHS)}")
+    in_force = _lib.matmul_path(min(PATHS[name] or _CEILING, _CEILING))
     return next(n for n, code in PATHS.items() if code == in_force)
+
+
+if _CEILING < PATHS["avx512"]:
+    use_path("fastest")
 
 
 def _bmm(a, b, scale=1.0, causal=False, bias=None):
