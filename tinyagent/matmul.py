@@ -9,35 +9,25 @@ what follows a product, in the same pass and with torch's bits: attention's scal
 (`scores`), and a linear layer's bias (`linear`).
 """
 import math
-import os
 
 import torch
 
+from .checks import env_flag
 from .kernels import load
 
 _lib = load("matrix kernel")
 PATHS = {"fastest": 0, "scalar": 1, "avx2": 2, "avx512": 3}
-# Set to 1, the kernel computes as on a CPU without AVX-512 (AMD Zen 3, many Intel laptops) on one
-# that has it: every path asked for is capped at AVX2, "fastest" included. `make test` under it
-# checks the promise "with or without AVX-512" on a machine that has AVX-512.
+# Switched on (1, yes, on, true), the kernel computes as on a CPU without AVX-512 (AMD Zen 3, many
+# Intel laptops) on one that has it: every path asked for is capped at AVX2, "fastest" included.
+# `make test` under it checks the promise "with or without AVX-512" on a machine that has AVX-512.
 IMITATE_NO_AVX512 = "TINYAGENT_IMITATE_NO_AVX512"
-
-
-def _ceiling():
-    """The fastest path allowed: AVX2 when IMITATE_NO_AVX512 is 1, else AVX-512."""
-    value = os.environ.get(IMITATE_NO_AVX512, "")
-    if value not in ("", "0", "1"):
-        raise ValueError(f"{IMITATE_NO_AVX512}={value!r}: allowed are 1 (compute as a CPU without "
-                         f"AVX-512 would), or 0 or unset (the fastest path this CPU has)")
-    return PATHS["avx2"] if value == "1" else PATHS["avx512"]
-
-
-_CEILING = _ceiling()
+IMITATING_NO_AVX512 = env_flag(IMITATE_NO_AVX512, False)
+_CEILING = PATHS["avx2"] if IMITATING_NO_AVX512 else PATHS["avx512"]    # the fastest path allowed
 
 
 def use_path(name):
     """Make the kernel compute on one path ("scalar", "avx2", "avx512", or "fastest", the default)
-    and return the one in force (a path this CPU lacks, or IMITATE_NO_AVX512 forbids, falls back
+    and return the one in force (a path this CPU lacks, or the imitation forbids, falls back
     to the fastest below it): all give the same bits, which the tests show this way."""
     if name not in PATHS:
         raise ValueError(f"unknown path {name!r}; allowed: {', '.join(PATHS)}")
@@ -45,7 +35,7 @@ def use_path(name):
     return next(n for n, code in PATHS.items() if code == in_force)
 
 
-if _CEILING < PATHS["avx512"]:
+if IMITATING_NO_AVX512:
     use_path("fastest")
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from . import fingerprint as fp
 from .cache import ROOT
 from ..arithmetic import PINS, mkl_branch
-from ..matmul import IMITATE_NO_AVX512, use_path
+from ..matmul import IMITATE_NO_AVX512, IMITATING_NO_AVX512, use_path
 from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
@@ -152,8 +152,8 @@ def _versions():
     model, avx512 = cpu_model()
     lines.append(f"platform  {platform.system()} {platform.machine()}, {model}"
                  + {True: ", AVX-512", False: ", no AVX-512", None: ""}[avx512])
-    imitated = (f" ({IMITATE_NO_AVX512}=1 imitates a CPU without AVX-512)"
-                if os.environ.get(IMITATE_NO_AVX512) == "1" else "")
+    imitated = (f" ({IMITATE_NO_AVX512} imitates a CPU without AVX-512)"
+                if IMITATING_NO_AVX512 else "")
     lines.append(f"products  tinyagent/matmul.c on its {use_path('fastest')} path{imitated}; every "
                  f"path gives the same bits")
     return lines, packages_pinned
