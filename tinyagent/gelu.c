@@ -14,32 +14,54 @@
 #include <stddef.h>
 
 #include "kernels.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-/* Below this many elements, waking other threads costs more than it saves. */
-#define THREADED _Pragma("omp parallel for if (n >= 32768) schedule(static)")
+/* The threads a pass over n elements is shared between: those torch is set to use, from this many
+   elements on (below, waking them costs more than it saves). On one thread the loop runs without
+   entering a parallel region: libgomp builds a team for each region, even one its `if` keeps to
+   one thread, and a rollout's one-token passes make ~75 small passes a step. */
+static int threads_for(size_t n)
+{
+#ifdef _OPENMP
+    if (n >= 32768 && !omp_in_parallel()) return omp_get_max_threads();
+#else
+    (void)n;
+#endif
+    return 1;
+}
+
+/* `for i in 0 .. n-1: body`, on threads_for(n) threads (the body is the variadic part, so
+   that its commas need no parentheses). */
+#define EACH(n, ...)                                                                      \
+    do {                                                                                  \
+        if (threads_for(n) > 1) {                                                         \
+            _Pragma("omp parallel for schedule(static)")                                  \
+            for (size_t i = 0; i < (n); i++) __VA_ARGS__                                  \
+        } else                                                                            \
+            for (size_t i = 0; i < (n); i++) __VA_ARGS__                                  \
+    } while (0)
 
 /* u = x * c, the argument of erf. */
 void gelu_erf_argument(size_t n, const float *x, float c, float *u)
 {
-    THREADED
-    for (size_t i = 0; i < n; i++) u[i] = x[i] * c;
+    EACH(n, { u[i] = x[i] * c; });
 }
 
 /* y = (x * 0.5) * (1 + e), with e = erf(x * c). */
 void gelu_forward(size_t n, const float *x, const float *e, float *y)
 {
-    THREADED
-    for (size_t i = 0; i < n; i++) y[i] = (x[i] * 0.5f) * (e[i] + 1.0f);
+    EACH(n, { y[i] = (x[i] * 0.5f) * (e[i] + 1.0f); });
 }
 
 /* m = -(u * u) with u = x * c: erf's derivative is k * exp(m). */
 void gelu_exp_argument(size_t n, const float *x, float c, float *m)
 {
-    THREADED
-    for (size_t i = 0; i < n; i++) {
+    EACH(n, {
         float u = x[i] * c;
         m[i] = -(u * u);
-    }
+    });
 }
 
 /* The gradient autograd computes, node by node: through (x * 0.5) * (1 + e), the sum of the
@@ -47,11 +69,10 @@ void gelu_exp_argument(size_t n, const float *x, float c, float *m)
 void gelu_backward(size_t n, const float *x, const float *e, const float *expm, const float *g,
                    float c, float k, float *gx)
 {
-    THREADED
-    for (size_t i = 0; i < n; i++) {
+    EACH(n, {
         float half = x[i] * 0.5f, one_plus = e[i] + 1.0f;
         float through_half = (g[i] * one_plus) * 0.5f;
         float through_erf = ((k * expm[i]) * (g[i] * half)) * c;
         gx[i] = through_half + through_erf;
-    }
+    });
 }
