@@ -14,29 +14,18 @@
 #include <stddef.h>
 
 #include "kernels.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-/* The threads a pass over n elements is shared between: those torch is set to use, from this many
-   elements on (below, waking them costs more than it saves). On one thread the loop runs without
-   entering a parallel region: libgomp builds a team for each region, even one its `if` keeps to
-   one thread, and a rollout's one-token passes make ~75 small passes a step. */
-static int threads_for(size_t n)
-{
-#ifdef _OPENMP
-    if (n >= 32768 && !omp_in_parallel()) return omp_get_max_threads();
-#else
-    (void)n;
-#endif
-    return 1;
-}
+/* Below this many elements, waking other threads costs more than it saves (matmul.c's
+   tiny_threads decides). On one thread a pass runs as a plain loop, without entering a
+   parallel region: libgomp builds a team for each region, even one its `if` keeps to one
+   thread, and a rollout's one-token passes make ~75 small passes a step. */
+#define THREADED_ELEMENTS 32768.0
 
-/* `for i in 0 .. n-1: body`, on threads_for(n) threads (the body is the variadic part, so
+/* `for i in 0 .. n-1: body`, on tiny_threads' count (the body is the variadic part, so
    that its commas need no parentheses). */
 #define EACH(n, ...)                                                                      \
     do {                                                                                  \
-        if (threads_for(n) > 1) {                                                         \
+        if (tiny_threads((double)(n), THREADED_ELEMENTS) > 1) {                           \
             _Pragma("omp parallel for schedule(static)")                                  \
             for (size_t i = 0; i < (n); i++) __VA_ARGS__                                  \
         } else                                                                            \

@@ -7,6 +7,7 @@
 
 /* matmul.c */
 int tiny_matmul_path(int path);
+int tiny_threads(double work, double threshold);
 int tiny_bmm(int nb1, int nb2, int M, int N, int K,
              const float *A, ptrdiff_t sa1, ptrdiff_t sa2, ptrdiff_t sam, ptrdiff_t sak,
              const float *B, ptrdiff_t sb1, ptrdiff_t sb2, ptrdiff_t sbk, ptrdiff_t sbn, float *C,

@@ -350,19 +350,21 @@ static void scale_past(const float *in, float *out, int row0, int M, int N, floa
     }
 }
 
-/* How many threads share a product of `work` multiply-adds: those torch is set to use (its
-   set_num_threads sets OpenMP's count in this same runtime), unless the product is too small to
-   repay waking them, or we are already inside a parallel region. */
-#define THREADED_WORK 200000.0
-static int threads_for(double work)
+/* How many threads share `work` (a product's multiply-adds, a GELU pass's elements): those torch
+   is set to use (its set_num_threads sets OpenMP's count in this same runtime), unless the work is
+   below `threshold`, too little to repay waking them, or we are already inside a parallel
+   region. gelu.c asks the same. */
+int tiny_threads(double work, double threshold)
 {
 #ifdef _OPENMP
-    if (work >= THREADED_WORK && !omp_in_parallel()) return omp_get_max_threads();
+    if (work >= threshold && !omp_in_parallel()) return omp_get_max_threads();
 #else
-    (void)work;
+    (void)work, (void)threshold;
 #endif
     return 1;
 }
+
+#define THREADED_WORK 200000.0       /* multiply-adds */
 
 /* A linear layer's epilogue: bias[j] added to column j (one rounding, as torch's addition). */
 static void add_bias(float *C, int M, int N, const float *bias)
@@ -436,7 +438,7 @@ int tiny_bmm(int nb1, int nb2, int M, int N, int K,
         return 0;
     }
 #endif
-    int nb = nb1 * nb2, threads = threads_for((double)nb * M * N * K);
+    int nb = nb1 * nb2, threads = tiny_threads((double)nb * M * N * K, THREADED_WORK);
     size_t kn = (size_t)K * N;
     if (sbn != 1 && K > 0 && N > 0 && !(rows = malloc(sizeof(float) * kn * nb))) return -1;
     /* Work items: each batch entry, cut into `pieces` runs of rows when there are fewer entries
