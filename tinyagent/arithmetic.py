@@ -53,11 +53,66 @@ from pathlib import Path
 
 PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
+# The x86 flags each value of ATEN_CPU_CAPABILITY needs (for "avx512", torch's own test when it
+# chooses for itself). Told a value, torch does not check: on a CPU without those instructions it
+# stops at its first such kernel on an illegal instruction, with no message (measured: `make agents`
+# under ATEN_CPU_CAPABILITY=avx512 on an AMD EPYC Zen 3 died of SIGILL, its stderr empty).
+ATEN_NEEDS = {"default": set(), "avx2": {"avx2", "fma"},
+              "avx512": {"avx512vl", "avx512bw", "avx512dq", "fma"}}
+
+
+def cpu_flags():
+    """The x86 CPU's feature flags as Linux lists them (/proc/cpuinfo), or None where it does not
+    list them (another system, or an ARM CPU, whose line is called Features)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+THIS_CPU = "this CPU"     # the flags argument's default: read them from /proc/cpuinfo
+
+
+def _runnable(value, flags):
+    """Whether this CPU (its `flags`, None: unknown) can run the ATen code `value` names."""
+    needs = ATEN_NEEDS.get(value.strip().lower())
+    return flags is None or needs is None or needs <= flags
+
+
+def runnable_pins(flags=THIS_CPU):
+    """The pins this CPU can run: all of them, except ATen's AVX2 on an x86 CPU without AVX2 and
+    FMA, where it would stop torch (the stored bits are not promised there, tinyagent.harness.contract)."""
+    flags = cpu_flags() if flags is THIS_CPU else flags
+    return {name: value for name, value in PINS.items()
+            if name != "ATEN_CPU_CAPABILITY" or _runnable(value, flags)}
+
+
+def check_aten_capability(environ=None, flags=THIS_CPU):
+    """Refuse an ATEN_CPU_CAPABILITY this CPU cannot run, naming the values it can, before torch
+    computes anything (torch would die of an illegal instruction, silently)."""
+    value = (os.environ if environ is None else environ).get("ATEN_CPU_CAPABILITY")
+    flags = cpu_flags() if flags is THIS_CPU else flags
+    if value is None or _runnable(value, flags):
+        return
+    allowed = [name for name, needs in ATEN_NEEDS.items() if needs <= flags]
+    raise RuntimeError(
+        f"ATEN_CPU_CAPABILITY={value} asks torch for code this CPU cannot run (it lacks "
+        f"{', '.join(sorted(ATEN_NEEDS[value.strip().lower()] - flags))}): torch would stop on an "
+        f"illegal instruction, without a message. Allowed on this CPU: {', '.join(allowed)} "
+        f"(the pin is {PINS['ATEN_CPU_CAPABILITY']}); or leave it unset, and `import tinyagent` "
+        f"sets the pin")
+
 
 def pin_environment():
-    """Put the pins into this process's environment where it names no value of its own. Torch and
-    MKL read them lazily, at their first computation, so this works after `import torch` too."""
-    for name, value in PINS.items():
+    """Put the pins into this process's environment where it names no value of its own, after
+    refusing an ATen capability the CPU cannot run. Torch and MKL read them lazily, at their first
+    computation, so this works after `import torch` too."""
+    check_aten_capability()
+    for name, value in runnable_pins().items():
         os.environ.setdefault(name, value)
 
 
@@ -66,7 +121,7 @@ def pinned_environment():
     """The pins in force in os.environ for the body (overriding other values), for starting worker
     processes that inherit them; the caller's environment comes back afterwards."""
     before = {name: os.environ.get(name) for name in PINS}
-    os.environ.update(PINS)
+    os.environ.update(runnable_pins())
     try:
         yield
     finally:

@@ -21,21 +21,11 @@ import sys
 
 import torch
 
+from ..arithmetic import ATEN_NEEDS, cpu_flags
 from .doctor import pinned_requirements
 
 CHECK = "# NBVAL_CHECK_OUTPUT"
 IMITATE = "TINYAGENT_IMITATE_PLATFORM"
-
-
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def promised():
@@ -43,7 +33,7 @@ def promised():
     machine = os.environ.get(IMITATE) or platform.machine()
     if platform.system() != "Linux" or machine.lower() not in ("x86_64", "amd64"):
         return False, f"{platform.system()} {machine} is not x86-64 Linux"
-    if not {"avx2", "fma"} <= _cpu_flags():
+    if not ATEN_NEEDS["avx2"] <= (cpu_flags() or set()):
         return False, "this CPU lacks AVX2 or FMA"
     pinned = pinned_requirements()[0]["torch"]            # pyproject.toml's pin
     if torch.__version__.split("+")[0] != pinned:

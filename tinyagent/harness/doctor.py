@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import fingerprint as fp
 from .cache import ROOT
-from ..arithmetic import PINS, mkl_branch
+from ..arithmetic import PINS, cpu_flags, mkl_branch
 from ..matmul import IMITATE_NO_AVX512, IMITATING_NO_AVX512, use_path
 from .fingerprint import OVERRIDES
 
@@ -84,16 +84,15 @@ def package_lines(runtime, dev):
 
 def cpu_model():
     """The CPU's name from /proc/cpuinfo (Linux), else what platform knows; and whether it has
-    AVX-512, where the pins matter most."""
+    AVX-512, where the pins matter most (None: not an x86 CPU that Linux describes)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return platform.processor() or "unknown CPU", None
+        text = ""
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)
-    flags = set(flags[1].split()) if flags else set()
+    flags = cpu_flags()
     return (model[1].strip() if model else platform.processor() or "unknown CPU",
-            "avx512f" in flags if flags else None)
+            None if flags is None else "avx512f" in flags)
 
 
 def overrides(environ):
