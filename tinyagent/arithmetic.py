@@ -42,9 +42,9 @@ remains of a run is chosen by two pins:
 
 A list can miss a library, so the arithmetic is also checked by what it computes
 (fingerprint.py). `import tinyagent` sets the variables (unless the environment already says
-otherwise), and the run workers of `tinyagent.harness.runs` are always started with them. Imports
-nothing from the package, and torch only inside functions, so that it can run before torch
-computes anything.
+otherwise, and then refuses an ATen capability the CPU cannot run), and the run workers of
+`tinyagent.harness.runs` are always started with them. Imports nothing from the package, and
+torch only inside functions, so that it can run before torch computes anything.
 """
 import ctypes
 import os
