@@ -121,7 +121,8 @@ def _layer(module):
 def test_the_layers_are_the_ones_the_design_names():
     assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluate",
                         "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul",
-                        "gelu", "kernels", "adam", "kvcache", "memory", "decode", "softmax"}
+                        "gelu", "kernels", "adam", "kvcache", "memory", "decode", "softmax",
+                        "sequence"}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
                                  "contract", "probe", "rebuild")}

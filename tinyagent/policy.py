@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from . import kvcache
+from . import kvcache, sequence
 from .decode import OneTokenPass
 from .checks import path as path_arg, positive_int
 from .files import write_atomically
@@ -123,6 +123,8 @@ class Policy(nn.Module):
     """Token ids (B, T) to next-token logits (B, T, V). Untied input and output embeddings
     (tied ones learned to copy names much more slowly)."""
     one_token = None    # decode.OneTokenPass, while `fixed_weights` holds the weights' rows
+    plan_sequences = True   # whole sequences through sequence.py (False: through the modules,
+                            # which tests/test_sequence.py compares it with)
 
     def __init__(self, cfg=PolicyConfig(), seed=0):
         super().__init__()
@@ -153,6 +155,9 @@ class Policy(nn.Module):
         pos .. pos+T-1 (with a `cache`, see CausalSelfAttention)."""
         B, T = idx.shape
         self._check_positions(pos, T, cache)
+        weights = self.plain_weights() if cache is None and self.plan_sequences else None
+        if weights is not None and idx.numel():       # the same kernels without the modules
+            return sequence.features(self, idx, weights)
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
@@ -218,6 +223,34 @@ class Policy(nn.Module):
                 layer.rows = None
             if plan:
                 self.one_token = None
+
+    def plain_weights(self):
+        """The parameters in the order sequence.py takes them (the two embeddings, each block's
+        12, the final layer norm's 2) if that pass computes what the modules do: a float32
+        policy whose modules are the kinds this file defines, without hooks. Otherwise None (a
+        student's adapter in place of a layer, or a hook, which the pass would skip)."""
+        parts = [(self.wte, nn.Embedding), (self.wpe, nn.Embedding)]
+        for b in self.blocks:
+            parts += [(b, Block), (b.ln_1, nn.LayerNorm), (b.attn, CausalSelfAttention),
+                      (b.attn.qkv, Linear), (b.attn.proj, Linear), (b.ln_2, nn.LayerNorm),
+                      (b.mlp, MLP), (b.mlp.fc, Linear), (b.mlp.proj, Linear)]
+        parts.append((self.ln_f, nn.LayerNorm))
+        hooks = torch.nn.modules.module
+        if hooks._global_forward_hooks or hooks._global_forward_pre_hooks \
+                or hooks._global_backward_hooks or hooks._global_backward_pre_hooks:
+            return None                               # hooks every module takes (torch's own)
+        weights = []
+        for module, kind in parts:
+            if type(module) is not kind or module._forward_hooks or module._forward_pre_hooks \
+                    or module._backward_hooks or module._backward_pre_hooks:
+                return None
+            if kind in (nn.LayerNorm, Linear):
+                weights += [module.weight, module.bias]
+            elif kind is nn.Embedding:
+                weights.append(module.weight)
+        if any(w is None or w.dtype != torch.float32 for w in weights):
+            return None
+        return weights
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())
