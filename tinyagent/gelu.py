@@ -41,15 +41,19 @@ class _GELU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, e = ctx.saved_tensors
-        grad = grad.contiguous()
-        m = torch.empty_like(x)
-        _lib.gelu_exp_argument(x.numel(), x.data_ptr(), ERF_SCALE, m.data_ptr())
-        expm = torch.exp(m)
-        gx = torch.empty_like(x)
-        _lib.gelu_backward(x.numel(), x.data_ptr(), e.data_ptr(), expm.data_ptr(), grad.data_ptr(),
-                           ERF_SCALE, ERF_SLOPE, gx.data_ptr())
-        return gx
+        return gelu_backward(grad, *ctx.saved_tensors)
+
+
+def gelu_backward(grad, x, e):
+    """The gradient of x from GELU's `grad`, with e = erf(x/√2) from `gelu_float32`."""
+    grad = grad.contiguous()
+    m = torch.empty_like(x)
+    _lib.gelu_exp_argument(x.numel(), x.data_ptr(), ERF_SCALE, m.data_ptr())
+    expm = torch.exp(m)
+    gx = torch.empty_like(x)
+    _lib.gelu_backward(x.numel(), x.data_ptr(), e.data_ptr(), expm.data_ptr(), grad.data_ptr(),
+                       ERF_SCALE, ERF_SLOPE, gx.data_ptr())
+    return gx
 
 
 def gelu(x):

@@ -75,10 +75,14 @@ class _MatMul(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        grad_a = _bmm(grad, b.transpose(-2, -1)) if ctx.needs_input_grad[0] else None
-        grad_b = _bmm(a.transpose(-2, -1), grad) if ctx.needs_input_grad[1] else None
-        return grad_a, grad_b
+        return matmul_backward(grad, *ctx.saved_tensors, ctx.needs_input_grad)
+
+
+def matmul_backward(grad, a, b, needs=(True, True)):
+    """The gradients of a and b in a @ b from the product's `grad`, each by the kernel (None
+    where `needs` says no)."""
+    return (_bmm(grad, b.transpose(-2, -1)) if needs[0] else None,
+            _bmm(a.transpose(-2, -1), grad) if needs[1] else None)
 
 
 def matmul(a, b):
@@ -115,14 +119,18 @@ class _Scores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        q, k = ctx.saved_tensors
-        grad = grad.contiguous()
-        g = torch.empty_like(grad)            # through the mask and the scale, as autograd goes
-        _lib.scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
-                              grad.shape[-1], grad.data_ptr(), g.data_ptr(), ctx.scale, ctx.causal)
-        grad_q = _bmm(g, k) if ctx.needs_input_grad[0] else None
-        grad_k = _bmm(g.transpose(-2, -1), q) if ctx.needs_input_grad[1] else None
-        return grad_q, grad_k, None, None
+        return (*scores_backward(grad, *ctx.saved_tensors, ctx.scale, ctx.causal,
+                                 ctx.needs_input_grad), None, None)
+
+
+def scores_backward(grad, q, k, scale, causal, needs=(True, True)):
+    """The gradients of q and k from the scores' `grad` (None where `needs` says no)."""
+    grad = grad.contiguous()
+    g = torch.empty_like(grad)                # through the mask and the scale, as autograd goes
+    _lib.scores_grad(grad.numel() // (grad.shape[-2] * grad.shape[-1]), grad.shape[-2],
+                     grad.shape[-1], grad.data_ptr(), g.data_ptr(), scale, causal)
+    return (_bmm(g, k) if needs[0] else None,
+            _bmm(g.transpose(-2, -1), q) if needs[1] else None)
 
 
 def scores(q, k, causal):
@@ -154,18 +162,22 @@ class _Linear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, weight_rows):
         rows = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(rows, weight)
-        ctx.x_shape = x.shape
         return _bmm(rows, weight.t() if weight_rows is None else weight_rows,
                     bias=bias).view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad):
-        rows, weight = ctx.saved_tensors
-        grad_bias = grad.sum(tuple(range(grad.dim() - 1))) if ctx.needs_input_grad[2] else None
-        grad = grad.reshape(-1, grad.shape[-1])
-        grad_x = _bmm(grad, weight).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
-        grad_weight = _bmm(grad.t(), rows) if ctx.needs_input_grad[1] else None
-        return grad_x, grad_weight, grad_bias, None
+        return (*linear_backward(grad, *ctx.saved_tensors, ctx.needs_input_grad), None)
+
+
+def linear_backward(grad, rows, weight, needs=(True, True, True)):
+    """The gradients of x (..., in), the weight and the bias from the output's `grad` (..., out),
+    x's `rows` being x flattened (rows, in): autograd's for the product and `+` (None where
+    `needs` says no)."""
+    grad_bias = grad.sum(tuple(range(grad.dim() - 1))) if needs[2] else None
+    flat = grad.reshape(-1, grad.shape[-1])
+    grad_x = _bmm(flat, weight).view(*grad.shape[:-1], weight.shape[1]) if needs[0] else None
+    return grad_x, _bmm(flat.t(), rows) if needs[1] else None, grad_bias
 
 
 def linear(x, weight, bias=None, rows=None):

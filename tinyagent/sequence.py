@@ -17,9 +17,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .gelu import ERF_SCALE, ERF_SLOPE, gelu_float32, _lib as _gelu
-from .matmul import _bmm, _lib as _matmul
-from .softmax import _causal
+from . import matmul       # `matmul._bmm` looked up at each call, so that `make bench` counts
+from .gelu import gelu_backward, gelu_float32
+from .matmul import linear_backward, matmul_backward, scores_backward
+from .softmax import softmax, softmax_backward
 
 
 def _rows(layer):
@@ -39,6 +40,7 @@ def features(policy, idx, weights):
 
 
 def _layer_norm(x, ln, saved):
+    """nn.LayerNorm's forward (its mean and 1/std kept for the backward)."""
     out, mean, rstd = torch.native_layer_norm(x, (x.shape[-1],), ln.weight, ln.bias, ln.eps)
     if saved is not None:
         saved += [x, mean, rstd]
@@ -46,33 +48,31 @@ def _layer_norm(x, ln, saved):
 
 
 def _linear(x, layer, saved):
+    """`Linear`'s forward: x's rows times the weight's transpose, the bias added by the kernel."""
     rows = x.reshape(-1, x.shape[-1])
     if saved is not None:
         saved.append(rows)
-    return _bmm(rows, _rows(layer), bias=layer.bias).view(*x.shape[:-1], layer.weight.shape[0])
+    out = matmul._bmm(rows, _rows(layer), bias=layer.bias)
+    return out.view(*x.shape[:-1], layer.weight.shape[0])
 
 
 def _forward(policy, idx, saved):
     """The modules' forward, operator for operator; with `saved` (a list), what the backward
-    reads is appended to it."""
+    reads is appended to it, 16 tensors a block and 3 for the final layer norm."""
     B, T = idx.shape
     C, nh = policy.cfg.n_embd, policy.cfg.n_head
-    hs = C // nh
-    scale = 1.0 / math.sqrt(hs)
+    scale = 1.0 / math.sqrt(C // nh)
     x = F.embedding(idx, policy.wte.weight) + F.embedding(torch.arange(T), policy.wpe.weight)
     for block in policy.blocks:
         attn = block.attn
-        qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, saved)        # (B, T, 3C)
-        q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
-        att = _bmm(q, k.transpose(-2, -1), scale, True)                           # (B, nh, T, T)
-        p = _causal(att)                              # the causal softmax (softmax.py)
-        if p is None:                                 # not built: a CPU without AVX2
-            p = torch.softmax(att, -1)
-        y = _bmm(p, v).transpose(1, 2).contiguous().view(B, T, C)
+        qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, saved)      # (B, T, 3C)
+        q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
+        p = softmax(matmul._bmm(q, k.transpose(-2, -1), scale, True), causal=True)
+        y = matmul._bmm(p, v).transpose(1, 2).contiguous().view(B, T, C)
         if saved is not None:
             saved += [q, k, v, p]
         x = x + _linear(y, attn.proj, saved)
-        h = _linear(_layer_norm(x, block.ln_2, saved), block.mlp.fc, saved)        # (B, T, 4C)
+        h = _linear(_layer_norm(x, block.ln_2, saved), block.mlp.fc, saved)      # (B, T, 4C)
         if saved is None:
             g = gelu_float32(h, keep_erf=False)
         else:
@@ -82,44 +82,10 @@ def _forward(policy, idx, saved):
     return _layer_norm(x, policy.ln_f, saved)
 
 
-def _layer_norm_backward(grad, saved, ln, needs):
-    x, mean, rstd = saved
+def _layer_norm_backward(grad, x, mean, rstd, ln):
+    """The gradients of x, the weight and the bias: what autograd's node for layer norm calls."""
     return torch.ops.aten.native_layer_norm_backward(grad, x, [x.shape[-1]], mean, rstd,
-                                                     ln.weight, ln.bias, needs)
-
-
-def _linear_backward(grad, rows, layer):
-    """_Linear.backward: the bias's gradient summed from the gradient as it arrives, the input's
-    and the weight's by the kernel."""
-    grad_bias = grad.sum(tuple(range(grad.dim() - 1)))
-    flat = grad.reshape(-1, grad.shape[-1])
-    grad_x = _bmm(flat, layer.weight).view(*grad.shape[:-1], layer.weight.shape[1])
-    return grad_x, _bmm(flat.t(), rows), grad_bias
-
-
-def _gelu_backward(grad, h, e):
-    """_GELU.backward."""
-    grad = grad.contiguous()
-    m = torch.empty_like(h)
-    _gelu.gelu_exp_argument(h.numel(), h.data_ptr(), ERF_SCALE, m.data_ptr())
-    expm = torch.exp(m)
-    gh = torch.empty_like(h)
-    _gelu.gelu_backward(h.numel(), h.data_ptr(), e.data_ptr(), expm.data_ptr(), grad.data_ptr(),
-                        ERF_SCALE, ERF_SLOPE, gh.data_ptr())
-    return gh
-
-
-def _attention_backward(grad, q, k, v, p, scale):
-    """The gradients of q, k and v (B, nh, T, hs) from y's (B, nh, T, hs): _MatMul's, the
-    softmax's and _Scores' backward."""
-    grad_p = _bmm(grad, v.transpose(-2, -1))
-    grad_v = _bmm(p.transpose(-2, -1), grad)
-    grad_att = torch._softmax_backward_data(grad_p, p, -1, p.dtype).contiguous()
-    g = torch.empty_like(grad_att)
-    _matmul.scores_grad(grad_att.numel() // (grad_att.shape[-2] * grad_att.shape[-1]),
-                        grad_att.shape[-2], grad_att.shape[-1], grad_att.data_ptr(), g.data_ptr(),
-                        scale, True)
-    return _bmm(g, k), _bmm(g.transpose(-2, -1), q), grad_v
+                                                     ln.weight, ln.bias, [True, True, True])
 
 
 class _SequencePass(torch.autograd.Function):
@@ -133,39 +99,41 @@ class _SequencePass(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """Each block's operators backwards, as autograd's nodes compute them. Where a tensor
+        feeds two operators (a residual stream), its two gradients are added: one sum of two
+        terms, whose bits do not depend on their order."""
         policy, (idx, *saved) = ctx.policy, ctx.saved_tensors
         B, T = idx.shape
         C, nh = policy.cfg.n_embd, policy.cfg.n_head
-        hs = C // nh
-        needs = [True, True, True]
-        grads = []                                  # (weight, bias) pairs, last layer first
-        dx, dw, db = _layer_norm_backward(grad, saved[-3:], policy.ln_f, needs)
+        grads = []                                  # (bias, weight), from the last layer back
+        dx, dw, db = _layer_norm_backward(grad, *saved[-3:], policy.ln_f)
         grads += [db, dw]
-        at = len(saved) - 3
-        for block in reversed(policy.blocks):
-            (x1, mean1, rstd1, h1_rows, q, k, v, p, y_rows,
-             x2, mean2, rstd2, h2_rows, h, e, g_rows) = saved[at - 16:at]
-            at -= 16
-            dg, dw, db = _linear_backward(dx, g_rows, block.mlp.proj)
+        for i, block in reversed(list(enumerate(policy.blocks))):
+            (x1, mean1, rstd1, h1, q, k, v, p, y,
+             x2, mean2, rstd2, h2, h, e, g) = saved[16 * i:16 * (i + 1)]
+            dg, dw, db = linear_backward(dx, g, block.mlp.proj.weight)
             grads += [db, dw]
-            dh2, dw, db = _linear_backward(_gelu_backward(dg, h, e), h2_rows, block.mlp.fc)
+            dh2, dw, db = linear_backward(gelu_backward(dg, h, e), h2, block.mlp.fc.weight)
             grads += [db, dw]
-            dx2, dw, db = _layer_norm_backward(dh2, (x2, mean2, rstd2), block.ln_2, needs)
+            dx2, dw, db = _layer_norm_backward(dh2, x2, mean2, rstd2, block.ln_2)
             grads += [db, dw]
             dx = dx + dx2
-            dy, dw, db = _linear_backward(dx, y_rows, block.attn.proj)
+            dy, dw, db = linear_backward(dx, y, block.attn.proj.weight)
             grads += [db, dw]
-            dq, dk, dv = _attention_backward(dy.view(B, T, nh, hs).transpose(1, 2), q, k, v, p,
-                                             1.0 / math.sqrt(hs))
+            dp, dv = matmul_backward(dy.view(B, T, nh, C // nh).transpose(1, 2), p, v)
+            dq, dk = scores_backward(softmax_backward(dp, p), q, k, 1.0 / math.sqrt(C // nh),
+                                     True)
             dqkv = torch.cat([t.transpose(1, 2).reshape(B, T, C) for t in (dq, dk, dv)], 2)
-            dh1, dw, db = _linear_backward(dqkv, h1_rows, block.attn.qkv)
+            dh1, dw, db = linear_backward(dqkv, h1, block.attn.qkv.weight)
             grads += [db, dw]
-            dx1, dw, db = _layer_norm_backward(dh1, (x1, mean1, rstd1), block.ln_1, needs)
+            dx1, dw, db = _layer_norm_backward(dh1, x1, mean1, rstd1, block.ln_1)
             grads += [db, dw]
             dx = dx + dx1
+        # x = wte(idx) + wpe(arange(T)): the second term broadcast over the batch, so its
+        # gradient is summed over it, as autograd's sum_to does
         grad_wpe = torch.ops.aten.embedding_dense_backward(
             dx.sum(0, keepdim=True).view(T, C), torch.arange(T), policy.wpe.weight.shape[0], -1,
             False)
-        grad_wte = torch.ops.aten.embedding_dense_backward(dx, idx, policy.wte.weight.shape[0], -1,
-                                                           False)
+        grad_wte = torch.ops.aten.embedding_dense_backward(dx, idx, policy.wte.weight.shape[0],
+                                                           -1, False)
         return (None, None, grad_wte, grad_wpe, *reversed(grads))

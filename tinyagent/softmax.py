@@ -35,8 +35,12 @@ class _CausalSoftmax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        y, = ctx.saved_tensors
-        return torch._softmax_backward_data(grad, y, -1, y.dtype)
+        return softmax_backward(grad, *ctx.saved_tensors)
+
+
+def softmax_backward(grad, y):
+    """The gradient of the scores from the softmax's output y and its `grad`: torch's."""
+    return torch._softmax_backward_data(grad, y, -1, y.dtype)
 
 
 def softmax(att, causal=False):
