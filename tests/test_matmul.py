@@ -72,6 +72,21 @@ def test_every_path_gives_the_same_bits(path, k, n):
 
 
 
+@pytest.mark.parametrize("path", ["avx2", "avx512"])
+def test_every_height_of_the_last_rows_is_the_definition(path):
+    """A product's last rows, fewer than a block's (1 to 5 of 6 on AVX2, 1 to 7 of 8 on
+    AVX-512), are computed at a constant height each: every height gives the definition's bits,
+    at attention's widths (11 columns, 40) and at a weight gradient's."""
+    try:
+        use_path(path)
+        for m in range(1, 18):
+            for k, n in ((13, 11), (11, 40), (29, 66)):
+                a, b = torch.randn(m, k, generator=GEN), torch.randn(k, n, generator=GEN)
+                assert torch.equal(matmul(a, b), sequential_fma(a, b)), (m, k, n)
+    finally:
+        use_path("fastest")
+
+
 @pytest.mark.parametrize("path", ["scalar", "avx2", "avx512"])
 @pytest.mark.parametrize("T,hs", [(70, 11), (37, 300)])
 def test_causal_scores_skip_only_the_future(path, T, hs):

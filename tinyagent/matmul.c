@@ -144,9 +144,14 @@ static void avx2_product(const product *p)
         int rows = p->M - i < ROWS ? p->M - i : ROWS, j = 0, n = needed_columns(p, i, rows);
         if (rows == ROWS)
             for (; j + 16 <= n; j += 16) avx2_full_block(p, i, j);
-        if (rows == ROWS) avx2_edges(p, i, ROWS, j, n);
-        else if (rows == 1) avx2_edges(p, i, 1, j, n);           /* one-token decoding */
-        else avx2_edges(p, i, rows, j, n);
+        switch (rows) {         /* a constant height each, so the accumulators stay in registers */
+        case ROWS: avx2_edges(p, i, ROWS, j, n); break;
+        case 1: avx2_edges(p, i, 1, j, n); break;                 /* one-token decoding */
+        case 2: avx2_edges(p, i, 2, j, n); break;
+        case 3: avx2_edges(p, i, 3, j, n); break;
+        case 4: avx2_edges(p, i, 4, j, n); break;
+        default: avx2_edges(p, i, 5, j, n);
+        }
     }
 }
 
@@ -264,9 +269,16 @@ AVX512 static void avx512_product(const product *p)
             for (; j + 32 <= n; j += 32) avx512_full_block(p, i, j);
         for (; j < n; j += 16) {
             __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-            if (rows == ROWS16) avx512_edge_block(p, i, ROWS16, j, mask);
-            else if (rows == 1) avx512_edge_block(p, i, 1, j, mask);     /* one-token decoding */
-            else avx512_edge_block(p, i, rows, j, mask);
+            switch (rows) {     /* a constant height each, so the accumulators stay in registers */
+            case ROWS16: avx512_edge_block(p, i, ROWS16, j, mask); break;
+            case 1: avx512_edge_block(p, i, 1, j, mask); break;        /* one-token decoding */
+            case 2: avx512_edge_block(p, i, 2, j, mask); break;
+            case 3: avx512_edge_block(p, i, 3, j, mask); break;
+            case 4: avx512_edge_block(p, i, 4, j, mask); break;
+            case 5: avx512_edge_block(p, i, 5, j, mask); break;
+            case 6: avx512_edge_block(p, i, 6, j, mask); break;
+            default: avx512_edge_block(p, i, 7, j, mask);
+            }
         }
     }
 }
