@@ -70,6 +70,7 @@ static void scalar_product(const product *p)
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define ROWS 6
+#define ROWS16 8        /* the AVX-512 blocks' height (below) */
 
 /* Rows i .. i+ROWS-1, columns j .. j+15: the full block, its 12 accumulators in registers. */
 static void avx2_full_block(const product *p, int i, int j)
@@ -158,11 +159,12 @@ static void avx2_product(const product *p)
 /* One-token decoding's products have one row each, and a batch of them (one per episode and
    head) is as many chains of fused multiply-adds, each waiting on the one before. So `n` <= ROWS
    products are computed together, product t's row a[t] against its own b[t] into c[t]: their
-   chains interleave, and each element is still one chain over k in order. Columns j .. j+7. */
+   chains interleave, and each element is still one chain over k in order. Columns j .. j+7.
+   (Up to ROWS16 products: the AVX-512 path's last 8 columns or fewer come here too.) */
 static inline __attribute__((always_inline)) void avx2_single_rows(int n, const float **a,
     ptrdiff_t sak, const float **b, ptrdiff_t sbk, float **c, int K, int j, __m256i mask)
 {
-    __m256 acc[ROWS];
+    __m256 acc[ROWS16];
     for (int t = 0; t < n; t++) acc[t] = _mm256_setzero_ps();
     for (int k = 0; k < K; k++)
         for (int t = 0; t < n; t++)
@@ -185,7 +187,6 @@ static void avx2_single_row_products(int n, const float **a, ptrdiff_t sak, cons
 /* The same blocks 16 lanes wide, for CPUs with AVX-512 (chosen when the program runs, so one
    build serves both). */
 #define AVX512 __attribute__((target("avx512f,fma")))
-#define ROWS16 8
 
 /* Rows i .. i+ROWS16-1, columns j .. j+31: 16 accumulators in registers. */
 AVX512 static void avx512_full_block(const product *p, int i, int j)
@@ -211,11 +212,29 @@ AVX512 static void avx512_full_block(const product *p, int i, int j)
     }
 }
 
-/* Rows i .. i+rows-1 (rows <= ROWS16), the 16 columns from j that `mask` keeps. Inlined, so that
-   a full height of rows (a constant) keeps its accumulators in registers. */
+/* Rows i .. i+rows-1 (rows <= ROWS16), the columns j .. min(j+16, n)-1. Inlined, so that a
+   full height of rows (a constant) keeps its accumulators in registers. The last 8 or fewer
+   columns go on 8-lane vectors: where a 16-lane multiply-add takes the time of two 8-lane ones
+   (AMD Zen 4) that halves the edge's cost, and elsewhere it costs the same. Each lane is the same
+   chain of fused multiply-adds either way. */
 AVX512 static inline __attribute__((always_inline)) void avx512_edge_block(
-    const product *p, int i, int rows, int j, __mmask16 mask)
+    const product *p, int i, int rows, int j, int n)
 {
+    if (n - j <= 8) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256 c[ROWS16];
+        for (int r = 0; r < rows; r++)
+            c[r] = p->k0 ? _mm256_maskload_ps(C_(p, i + r, j), mask) : _mm256_setzero_ps();
+        for (int k = p->k0; k < p->k1; k++) {
+            __m256 b0 = _mm256_maskload_ps(B_(p, k, j), mask);
+            for (int r = 0; r < rows; r++)
+                c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
+        }
+        for (int r = 0; r < rows; r++) _mm256_maskstore_ps(C_(p, i + r, j), mask, c[r]);
+        return;
+    }
+    __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
     __m512 c[ROWS16];
     for (int r = 0; r < rows; r++)
         c[r] = p->k0 ? _mm512_maskz_loadu_ps(mask, C_(p, i + r, j)) : _mm512_setzero_ps();
@@ -267,19 +286,17 @@ AVX512 static void avx512_product(const product *p)
         if (n > across) n = across;
         if (rows == ROWS16)
             for (; j + 32 <= n; j += 32) avx512_full_block(p, i, j);
-        for (; j < n; j += 16) {
-            __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        for (; j < n; j += 16)
             switch (rows) {     /* a constant height each, so the accumulators stay in registers */
-            case ROWS16: avx512_edge_block(p, i, ROWS16, j, mask); break;
-            case 1: avx512_edge_block(p, i, 1, j, mask); break;        /* one-token decoding */
-            case 2: avx512_edge_block(p, i, 2, j, mask); break;
-            case 3: avx512_edge_block(p, i, 3, j, mask); break;
-            case 4: avx512_edge_block(p, i, 4, j, mask); break;
-            case 5: avx512_edge_block(p, i, 5, j, mask); break;
-            case 6: avx512_edge_block(p, i, 6, j, mask); break;
-            default: avx512_edge_block(p, i, 7, j, mask);
+            case ROWS16: avx512_edge_block(p, i, ROWS16, j, n); break;
+            case 1: avx512_edge_block(p, i, 1, j, n); break;           /* one-token decoding */
+            case 2: avx512_edge_block(p, i, 2, j, n); break;
+            case 3: avx512_edge_block(p, i, 3, j, n); break;
+            case 4: avx512_edge_block(p, i, 4, j, n); break;
+            case 5: avx512_edge_block(p, i, 5, j, n); break;
+            case 6: avx512_edge_block(p, i, 6, j, n); break;
+            default: avx512_edge_block(p, i, 7, j, n);
             }
-        }
     }
 }
 
@@ -302,6 +319,14 @@ AVX512 static void avx512_single_row_products(int n, const float **a, ptrdiff_t 
                                               int N)
 {
     for (int j = 0; j < N; j += 16) {
+        if (N - j <= 8) {       /* the last 8 columns or fewer on 8-lane vectors, as in
+                                   avx512_edge_block */
+            __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(N - j),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            if (n == ROWS16) avx2_single_rows(ROWS16, a, sak, b, sbk, c, K, j, mask);
+            else avx2_single_rows(n, a, sak, b, sbk, c, K, j, mask);
+            break;
+        }
         __mmask16 mask = N - j >= 16 ? 0xFFFF : (__mmask16)((1u << (N - j)) - 1);
         if (n == ROWS16) avx512_single_rows(ROWS16, a, sak, b, sbk, c, K, j, mask);
         else avx512_single_rows(n, a, sak, b, sbk, c, K, j, mask);
