@@ -236,8 +236,8 @@ def main(argv=None):
                        ("warm", "  the same, second in its process"),
                        ("sft", f"{SFT_STEPS} SFT steps")):
         ours, theirs = best["this code"][part], best[args.against][part]
-        print(f"{what}, best of {args.rounds} alternated: this code {ours:.1f} s, {args.against} "
-              f"{theirs:.1f} s; ratio {ours / theirs:.2f}")
+        print(f"{what}, best of {args.rounds} alternated: this code {ours:.2f} s, {args.against} "
+              f"{theirs:.2f} s; ratio {ours / theirs:.3f}")     # the 0.5 needs 3 digits
 
 
 if __name__ == "__main__":
