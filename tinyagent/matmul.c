@@ -112,15 +112,16 @@ static inline __attribute__((always_inline)) void avx2_edge_block(const product 
     for (int r = 0; r < rows; r++) _mm256_storeu_ps(C_(p, i + r, j), c[r]);
 }
 
-/* Rows i .. i+rows-1, the last N - j < 8 columns: lanes past the last column load zeros and are
+/* Rows i .. i+rows-1, the last n - j <= 8 columns: lanes past the last column load zeros and are
    not stored. (The policy's widths, 66 and head size 11, end in such columns; computed one at a
-   time they cost as much as the rest of the product.) */
+   time they cost as much as the rest of the product.) Up to ROWS16 rows: the AVX-512 path's last
+   8 columns or fewer come here too (avx512_edge_block). */
 static inline __attribute__((always_inline)) void avx2_last_columns(const product *p, int i,
                                                                     int rows, int j, int n)
 {
     __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j),
                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 c[ROWS];
+    __m256 c[ROWS16];
     for (int r = 0; r < rows; r++)
         c[r] = p->k0 ? _mm256_maskload_ps(C_(p, i + r, j), mask) : _mm256_setzero_ps();
     for (int k = p->k0; k < p->k1; k++) {
@@ -221,17 +222,7 @@ AVX512 static inline __attribute__((always_inline)) void avx512_edge_block(
     const product *p, int i, int rows, int j, int n)
 {
     if (n - j <= 8) {
-        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256 c[ROWS16];
-        for (int r = 0; r < rows; r++)
-            c[r] = p->k0 ? _mm256_maskload_ps(C_(p, i + r, j), mask) : _mm256_setzero_ps();
-        for (int k = p->k0; k < p->k1; k++) {
-            __m256 b0 = _mm256_maskload_ps(B_(p, k, j), mask);
-            for (int r = 0; r < rows; r++)
-                c[r] = _mm256_fmadd_ps(_mm256_set1_ps(A_(p, i + r, k)), b0, c[r]);
-        }
-        for (int r = 0; r < rows; r++) _mm256_maskstore_ps(C_(p, i + r, j), mask, c[r]);
+        avx2_last_columns(p, i, rows, j, n);
         return;
     }
     __mmask16 mask = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
