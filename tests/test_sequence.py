@@ -35,6 +35,7 @@ def test_the_pass_has_the_bits_of_the_modules(through, B, T, fixed):
     through(False)
     modules = _logits_and_gradients(policy, idx, fixed)
     through(True)
+    assert type(policy.features(idx).grad_fn).__name__ == "_SequencePassBackward"  # the pass ran
     plan = _logits_and_gradients(policy, idx, fixed)
     assert torch.equal(modules[0], plan[0])
     names = [n for n, _ in policy.named_parameters()]
@@ -132,6 +133,7 @@ def test_where_the_pass_would_differ_the_modules_compute(change):
     before = policy(idx).detach().double()
     policy = change(policy)
     assert policy.plain_weights() is None
+    assert type(policy.features(idx).grad_fn).__name__ != "_SequencePassBackward"
     after = policy(idx)
     after.sum().backward()
     assert policy.head.weight.grad is not None
