@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import torch
 
@@ -77,6 +79,84 @@ def test_two_threads_give_the_modules_bits(through):
         torch.set_num_threads(threads)
     assert torch.equal(modules[0], plan[0])
     assert all(torch.equal(a, b) for a, b in zip(modules[1], plan[1]))
+
+
+def _kept_features_and_gradients(policy, idx, keep, fixed):
+    policy.zero_grad(set_to_none=True)
+    with policy.fixed_weights() if fixed else contextlib.nullcontext():
+        features = policy.features(idx, keep=keep)
+    with torch.no_grad():                               # the reference's pass: no gradient
+        no_grad = policy.features(idx, keep=keep)
+    (features.square().sum() + policy.head(features).logsumexp(-1).sum()).backward()
+    return features.detach(), no_grad, [p.grad.clone() for p in policy.parameters()]
+
+
+def _keeps(B, T):
+    gen = torch.Generator().manual_seed(B * T)
+    yield torch.rand(B, T, generator=gen) < 0.3        # a GRPO batch keeps under a third
+    yield torch.ones(B, T, dtype=torch.bool)
+    yield torch.zeros(B, T, dtype=torch.bool)           # nothing kept: (0, C), no gradient
+    one = torch.zeros(B, T, dtype=torch.bool)
+    one[-1, -1] = True
+    yield one
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("B, T, fixed", [(1, 1, False), (3, 13, True), (8, 50, True),
+                                         (5, 29, False)])
+def test_kept_rows_have_the_bits_of_every_row(through, B, T, fixed, threads):
+    """`features(idx, keep=keep)` skips the last block's rows that nothing reads, past its
+    attention. Its features, without and with a gradient, and every parameter's gradient equal
+    those of the modules' whole pass indexed by `keep`, bit for bit, on one and two threads (the
+    weight's sums over rows that ATen shares between threads run over every row)."""
+    policy = Policy(seed=6)
+    idx = torch.randint(0, policy.cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(T))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for keep in _keeps(B, T):
+            through(False)
+            modules = _kept_features_and_gradients(policy, idx, keep, fixed)
+            through(True)
+            plan = _kept_features_and_gradients(policy, idx, keep, fixed)
+            assert modules[0].shape == (int(keep.sum()), policy.cfg.n_embd)
+            assert torch.equal(modules[0], plan[0]) and torch.equal(modules[1], plan[1])
+            assert all(torch.equal(a, b) for a, b in zip(modules[2], plan[2]))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_kept_rows_skip_the_last_block_past_its_attention(monkeypatch):
+    """The saving is real: with a third of the rows kept, the products compute fewer operations,
+    by the last block's output projection and MLP on the rows not kept."""
+    policy = Policy(seed=7)
+    B, T, C = 4, 30, policy.cfg.n_embd
+    idx = torch.randint(0, policy.cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
+    keep = torch.arange(T).expand(B, T) % 3 == 0
+    flops, plain = [0], sequence.matmul._bmm
+
+    def counted(a, b, *args, **kwargs):
+        flops[0] += 2 * a.numel() * b.shape[-1]
+        return plain(a, b, *args, **kwargs)
+    monkeypatch.setattr(sequence.matmul, "_bmm", counted)
+    counts = []
+    for kept in (None, keep):
+        flops[0] = 0
+        with torch.no_grad():
+            policy.features(idx, keep=kept)
+        counts.append(flops[0])
+    skipped = 2 * (B * T - int(keep.sum())) * (C * C + 2 * C * 4 * C)     # proj, fc, mlp.proj
+    assert counts[0] - counts[1] == skipped
+
+
+@pytest.mark.parametrize("keep, cache, allowed", [
+    (torch.ones(2, 5), False, "bool"), (torch.ones(2, 4, dtype=torch.bool), False, "shaped like"),
+    ([[True] * 5] * 2, False, "bool tensor"), (torch.ones(2, 5, dtype=torch.bool), True, "cache")])
+def test_a_bad_keep_is_refused(keep, cache, allowed):
+    policy = Policy(seed=0)
+    idx = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match=allowed):
+        policy.features(idx, policy.new_cache(2) if cache else None, keep=keep)
 
 
 def test_without_a_gradient_the_pass_records_nothing():

@@ -150,14 +150,25 @@ class Policy(nn.Module):
                     # the same model in either precision
                     p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
 
-    def features(self, idx, cache=None, pos=0):
+    def features(self, idx, cache=None, pos=0, keep=None):
         """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
-        pos .. pos+T-1 (with a `cache`, see CausalSelfAttention)."""
+        pos .. pos+T-1 (with a `cache`, see CausalSelfAttention). With `keep`, a bool (B, T)
+        without a cache, only the kept positions' features, (n, C) in row-major order: those of
+        `features(idx)[keep]`, which sequence.py computes without the rows nothing reads."""
         B, T = idx.shape
         self._check_positions(pos, T, cache)
+        if keep is not None:
+            if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool \
+                    or keep.shape != idx.shape or cache is not None:
+                raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}, "
+                                 f"without a cache; got {getattr(keep, 'dtype', type(keep).__name__)}"
+                                 f" {tuple(getattr(keep, 'shape', ()))}"
+                                 f"{' with a cache' if cache is not None else ''}")
         weights = self.plain_weights() if cache is None and self.plan_sequences else None
         if weights is not None and idx.numel():       # the same kernels without the modules
-            return sequence.features(self, idx, weights)
+            return sequence.features(self, idx, weights, keep)
+        if keep is not None:
+            return self.features(idx)[keep]
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)

@@ -183,7 +183,7 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     for rows in ends.argsort(stable=True).split(group_rows):
         width = int(ends[rows].max())
         keep = predicted[rows, :width]                                         # (b, width)
-        features.append(policy.features(tokens[rows, :width])[keep])           # (n, C)
+        features.append(policy.features(tokens[rows, :width], keep=keep))      # (n, C)
         slots.append(slot[rows, :width][keep])
     features = torch.cat(features)[torch.cat(slots).argsort()]                 # (N, C)
     log_dist = F.log_softmax(policy.head(features) / temperature, dim=-1)      # (N, V)

@@ -29,14 +29,16 @@ def _rows(layer):
     return layer.weight.t() if layer.rows is None else layer.rows
 
 
-def features(policy, idx, weights):
+def features(policy, idx, weights, keep=None):
     """`policy.features(idx)` (B, T, C) for a float32 policy whose modules are the ones
     `Policy.plain_weights` vouches for, `weights` being their parameters in the order
     `_SequencePass` takes them (the two embeddings, each block's 12, the final layer norm's 2).
-    With a gradient to record, one autograd node; without, the forward alone."""
+    With `keep` (B, T, bool), `policy.features(idx)[keep]` (n, C). With a gradient to record,
+    one autograd node; without, the forward alone."""
+    kept = None if keep is None else _Kept(keep)
     if torch.is_grad_enabled() and any(w.requires_grad for w in weights):
-        return _SequencePass.apply(policy, idx, *weights)
-    return _forward(policy, idx, None)
+        return _SequencePass.apply(policy, idx, kept, *weights)
+    return _forward(policy, idx, None, kept)
 
 
 def _layer_norm(x, ln, saved):
@@ -56,12 +58,16 @@ def _linear(x, layer, saved):
     return out.view(*x.shape[:-1], layer.weight.shape[0])
 
 
-def _forward(policy, idx, saved):
+def _forward(policy, idx, saved, kept=None):
     """The modules' forward, operator for operator; with `saved` (a list), what the backward
-    reads is appended to it, 16 tensors a block and 3 for the final layer norm."""
+    reads is appended to it, 16 tensors a block and 3 for the final layer norm. With `kept`, the
+    last block's attention still runs over every position (its keys and values are read), but
+    what follows it runs on the kept rows alone: past the last attention each row is computed
+    on its own, and only the kept ones are read. In a GRPO batch that is under a third of them."""
     B, T = idx.shape
     C, nh = policy.cfg.n_embd, policy.cfg.n_head
     scale = 1.0 / math.sqrt(C // nh)
+    last = policy.blocks[-1]
     x = F.embedding(idx, policy.wte.weight) + F.embedding(torch.arange(T), policy.wpe.weight)
     for block in policy.blocks:
         attn = block.attn
@@ -71,6 +77,8 @@ def _forward(policy, idx, saved):
         y = matmul._bmm(p, v).transpose(1, 2).contiguous().view(B, T, C)
         if saved is not None:
             saved += [q, k, v, p]
+        if kept is not None and block is last:
+            x, y = kept.take(x), kept.take(y)                                  # (n, C)
         x = x + _linear(y, attn.proj, saved)
         h = _linear(_layer_norm(x, block.ln_2, saved), block.mlp.fc, saved)      # (B, T, 4C)
         if saved is None:
@@ -82,18 +90,50 @@ def _forward(policy, idx, saved):
     return _layer_norm(x, policy.ln_f, saved)
 
 
-def _layer_norm_backward(grad, x, mean, rstd, ln):
-    """The gradients of x, the weight and the bias: what autograd's node for layer norm calls."""
-    return torch.ops.aten.native_layer_norm_backward(grad, x, [x.shape[-1]], mean, rstd,
-                                                     ln.weight, ln.bias, [True, True, True])
+class _Kept:
+    """The positions of a (B, T) batch whose features are read: `keep`'s True entries."""
+
+    def __init__(self, keep):
+        self.shape, self.index = keep.shape, keep.reshape(-1).nonzero()[:, 0]
+
+    def take(self, t):
+        """The kept rows (n, ...) of t (B, T, ...), in row-major order."""
+        return t.flatten(0, 1).index_select(0, self.index)
+
+    def among_zeros(self, rows):
+        """The kept rows (n, ...) put back at their positions (B, T, ...), zeros elsewhere: the
+        gradient of a row that nothing reads."""
+        full = rows.new_zeros(self.shape.numel(), *rows.shape[1:])
+        return full.index_copy_(0, self.index, rows).view(*self.shape, *rows.shape[1:])
+
+
+def _layer_norm_backward(grad, x, mean, rstd, ln, kept=None):
+    """The gradients of x, the weight and the bias: what autograd's node for layer norm calls.
+    With `kept`, the arguments hold the kept rows only; they are put back among zero rows, so
+    that the weight's and the bias's sums run over the rows the modules sum (ATen shares those
+    rows between threads by their number), the others adding exact zeros."""
+    if kept is not None:
+        grad, x, mean, rstd = (kept.among_zeros(t) for t in (grad, x, mean, rstd))
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(grad, x, [x.shape[-1]], mean, rstd,
+                                                           ln.weight, ln.bias, [True, True, True])
+    return (dx if kept is None else kept.take(dx)), dw, db
+
+
+def _linear_backward(grad, rows, layer, kept=None):
+    """`linear_backward` for `layer`; with `kept`, grad holds the kept rows only, and the bias's
+    gradient (torch's sum over rows) is summed over every position, the others adding zeros."""
+    if kept is None:
+        return linear_backward(grad, rows, layer.weight)
+    dx, dw, _ = linear_backward(grad, rows, layer.weight, (True, True, False))
+    return dx, dw, kept.among_zeros(grad).sum((0, 1))
 
 
 class _SequencePass(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, policy, idx, *weights):
+    def forward(ctx, policy, idx, kept, *weights):
         saved = []
-        out = _forward(policy, idx, saved)
-        ctx.policy = policy
+        out = _forward(policy, idx, saved, kept)
+        ctx.policy, ctx.kept = policy, kept
         ctx.save_for_backward(idx, *saved)     # autograd's checks: no second backward without
         return out                             # retain_graph, no tensor changed in place since
 
@@ -101,25 +141,30 @@ class _SequencePass(torch.autograd.Function):
     def backward(ctx, grad):
         """Each block's operators backwards, as autograd's nodes compute them. Where a tensor
         feeds two operators (a residual stream), its two gradients are added: one sum of two
-        terms, whose bits do not depend on their order."""
-        policy, (idx, *saved) = ctx.policy, ctx.saved_tensors
+        terms, whose bits do not depend on their order. With `kept`, the last block's rows past
+        its attention are the kept ones (the others' gradient is zero, and a zero row adds exact
+        zeros to a product's sums over rows), put back among zeros for its attention."""
+        policy, kept, (idx, *saved) = ctx.policy, ctx.kept, ctx.saved_tensors
         B, T = idx.shape
         C, nh = policy.cfg.n_embd, policy.cfg.n_head
         grads = []                                  # (bias, weight), from the last layer back
-        dx, dw, db = _layer_norm_backward(grad, *saved[-3:], policy.ln_f)
+        dx, dw, db = _layer_norm_backward(grad, *saved[-3:], policy.ln_f, kept)
         grads += [db, dw]
         for i, block in reversed(list(enumerate(policy.blocks))):
             (x1, mean1, rstd1, h1, q, k, v, p, y,
              x2, mean2, rstd2, h2, h, e, g) = saved[16 * i:16 * (i + 1)]
-            dg, dw, db = linear_backward(dx, g, block.mlp.proj.weight)
+            rows = kept if block is policy.blocks[-1] else None     # past its attention
+            dg, dw, db = _linear_backward(dx, g, block.mlp.proj, rows)
             grads += [db, dw]
-            dh2, dw, db = linear_backward(gelu_backward(dg, h, e), h2, block.mlp.fc.weight)
+            dh2, dw, db = _linear_backward(gelu_backward(dg, h, e), h2, block.mlp.fc, rows)
             grads += [db, dw]
-            dx2, dw, db = _layer_norm_backward(dh2, x2, mean2, rstd2, block.ln_2)
+            dx2, dw, db = _layer_norm_backward(dh2, x2, mean2, rstd2, block.ln_2, rows)
             grads += [db, dw]
             dx = dx + dx2
-            dy, dw, db = linear_backward(dx, y, block.attn.proj.weight)
+            dy, dw, db = _linear_backward(dx, y, block.attn.proj, rows)
             grads += [db, dw]
+            if rows is not None:
+                dx, dy = rows.among_zeros(dx), rows.among_zeros(dy)
             dp, dv = matmul_backward(dy.view(B, T, nh, C // nh).transpose(1, 2), p, v)
             dq, dk = scores_backward(softmax_backward(dp, p), q, k, 1.0 / math.sqrt(C // nh),
                                      True)
@@ -136,4 +181,4 @@ class _SequencePass(torch.autograd.Function):
             False)
         grad_wte = torch.ops.aten.embedding_dense_backward(dx, idx, policy.wte.weight.shape[0],
                                                            -1, False)
-        return (None, None, grad_wte, grad_wpe, *reversed(grads))
+        return (None, None, None, grad_wte, grad_wpe, *reversed(grads))
