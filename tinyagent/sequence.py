@@ -143,7 +143,8 @@ class _SequencePass(torch.autograd.Function):
         feeds two operators (a residual stream), its two gradients are added: one sum of two
         terms, whose bits do not depend on their order. With `kept`, the last block's rows past
         its attention are the kept ones (the others' gradient is zero, and a zero row adds exact
-        zeros to a product's sums over rows), put back among zeros for its attention."""
+        zeros to a product's sums over rows, which start at +0: only a sum that underflowed to -0
+        could keep that sign), put back among zeros for its attention."""
         policy, kept, (idx, *saved) = ctx.policy, ctx.kept, ctx.saved_tensors
         B, T = idx.shape
         C, nh = policy.cfg.n_embd, policy.cfg.n_head
