@@ -149,14 +149,47 @@ def test_kept_rows_skip_the_last_block_past_its_attention(monkeypatch):
     assert counts[0] - counts[1] == skipped
 
 
-@pytest.mark.parametrize("keep, cache, allowed", [
-    (torch.ones(2, 5), False, "bool"), (torch.ones(2, 4, dtype=torch.bool), False, "shaped like"),
-    ([[True] * 5] * 2, False, "bool tensor"), (torch.ones(2, 5, dtype=torch.bool), True, "cache")])
-def test_a_bad_keep_is_refused(keep, cache, allowed):
+@pytest.mark.parametrize("keep, allowed", [
+    (torch.ones(2, 5), "bool"), (torch.ones(2, 4, dtype=torch.bool), "shaped like"),
+    ([[True] * 5] * 2, "bool tensor")])
+def test_a_bad_keep_is_refused(keep, allowed):
     policy = Policy(seed=0)
-    idx = torch.zeros(2, 5, dtype=torch.long)
     with pytest.raises(ValueError, match=allowed):
-        policy.features(idx, policy.new_cache(2) if cache else None, keep=keep)
+        policy.features(torch.zeros(2, 5, dtype=torch.long), keep=keep)
+
+
+@pytest.mark.parametrize("B, T", [(1, 1), (3, 13), (64, 13), (5, 40)])
+def test_a_prompts_pass_into_the_cache_has_the_bits_of_the_modules(through, monkeypatch, B, T):
+    """`prefill` (no gradient, a float32 cache) runs the pass, storing each layer's keys and
+    values as `CausalSelfAttention` does, and the last position alone past the last attention:
+    its logits and every stored key and value equal the modules', bit for bit, and a one-token
+    step after it too."""
+    policy = Policy(seed=8)
+    idx = torch.randint(0, policy.cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(B))
+    calls, plain = [], sequence._forward
+    monkeypatch.setattr(sequence, "_forward", lambda *args: calls.append(1) or plain(*args))
+    results = []
+    for plan in (False, True):
+        through(plan)
+        cache = policy.new_cache(B)
+        with torch.inference_mode():
+            logits = policy.prefill(idx, cache)
+            after = policy.step(idx[:, 0], T, cache)
+        results.append((logits, after, [t for keys, values in cache       # the filled positions
+                                        for t in (keys[..., :T + 1], values[:, :, :T + 1])]))
+    assert calls == [1]                                     # the modules, then the pass
+    (logits_m, after_m, cache_m), (logits_p, after_p, cache_p) = results
+    assert torch.equal(logits_m, logits_p) and torch.equal(after_m, after_p)
+    assert all(torch.equal(a, b) for a, b in zip(cache_m, cache_p))
+
+
+def test_a_cache_of_another_batch_size_is_refused():
+    """The C store writes as many rows as it is given: a cache with fewer would be overrun."""
+    policy = Policy(seed=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        policy.prefill(torch.zeros(3, 5, dtype=torch.long), policy.new_cache(2))
+    with torch.inference_mode(), policy.fixed_weights(), pytest.raises(ValueError, match="batch_size"):
+        policy.step(torch.zeros(3, dtype=torch.long), 0, policy.new_cache(2))
 
 
 def test_without_a_gradient_the_pass_records_nothing():

@@ -41,7 +41,7 @@ class OneTokenPass:
     @staticmethod
     def applies(cache):
         """Whether this pass computes the step: no gradient to record, a float32 cache."""
-        return not torch.is_grad_enabled() and all(kvcache._plain_float32(*pair) for pair in cache)
+        return not torch.is_grad_enabled() and kvcache.in_place(cache)
 
     @staticmethod
     def _linear(x, weights):

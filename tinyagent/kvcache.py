@@ -24,6 +24,11 @@ def _plain_float32(*tensors):
     return all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
 
 
+def in_place(cache):
+    """Whether the C store can write every layer's keys and values into `cache` as it is."""
+    return all(_plain_float32(*pair) for pair in cache)
+
+
 def direct(qkv, cache):
     """Whether the store and attention run on the cache's memory: float32 without a gradient to
     record, qkv's rows and the cache contiguous. Otherwise `CausalSelfAttention` computes them on
@@ -65,7 +70,7 @@ def compact(cache, keep, length):
     `keys[keep]` and `values[keep]` in their first `length` positions, the only ones attention
     reads. A float32 cache moves the kept rows up in place, their first `length` positions only
     (kvcache.c); another is indexed."""
-    if not all(_plain_float32(*pair) for pair in cache):
+    if not in_place(cache):
         return [(k[keep], v[keep]) for k, v in cache]
     rows = torch.tensor(keep, dtype=torch.int64)
     _, nh, hs, L = cache[0][0].shape

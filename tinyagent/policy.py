@@ -152,23 +152,25 @@ class Policy(nn.Module):
 
     def features(self, idx, cache=None, pos=0, keep=None):
         """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
-        pos .. pos+T-1 (with a `cache`, see CausalSelfAttention). With `keep`, a bool (B, T)
-        without a cache, only the kept positions' features, (n, C) in row-major order: those of
+        pos .. pos+T-1 (with a `cache`, see CausalSelfAttention). With `keep`, a bool (B, T),
+        only the kept positions' features, (n, C) in row-major order: those of
         `features(idx)[keep]`, which sequence.py computes without the rows nothing reads."""
         B, T = idx.shape
-        self._check_positions(pos, T, cache)
+        self._check_positions(pos, T, cache, B)
+        if keep is not None and (not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool
+                                 or keep.shape != idx.shape):
+            raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}; "
+                             f"got {getattr(keep, 'dtype', type(keep).__name__)} "
+                             f"{tuple(getattr(keep, 'shape', ()))}")
+        # A prompt's pass into a cache goes through the plan too, when nothing is recorded and
+        # the cache takes the C store (kvcache.py).
+        plan = self.plan_sequences and idx.numel() and (cache is None or (
+            pos == 0 and not torch.is_grad_enabled() and kvcache.in_place(cache)))
+        weights = self.plain_weights() if plan else None
+        if weights is not None:                       # the same kernels without the modules
+            return sequence.features(self, idx, weights, keep, cache)
         if keep is not None:
-            if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool \
-                    or keep.shape != idx.shape or cache is not None:
-                raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}, "
-                                 f"without a cache; got {getattr(keep, 'dtype', type(keep).__name__)}"
-                                 f" {tuple(getattr(keep, 'shape', ()))}"
-                                 f"{' with a cache' if cache is not None else ''}")
-        weights = self.plain_weights() if cache is None and self.plan_sequences else None
-        if weights is not None and idx.numel():       # the same kernels without the modules
-            return sequence.features(self, idx, weights, keep)
-        if keep is not None:
-            return self.features(idx)[keep]
+            return self.features(idx, cache, pos)[keep]
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
@@ -177,13 +179,17 @@ class Policy(nn.Module):
     def forward(self, idx):
         return self.head(self.features(idx))                         # (B, T, V)
 
-    def _check_positions(self, pos, T, cache):
-        """Refuse positions pos .. pos+T-1 past block_size or past the cache's length."""
+    def _check_positions(self, pos, T, cache, B=None):
+        """Refuse positions pos .. pos+T-1 past block_size or past the cache's length, and B
+        sequences fed to a cache of another batch size."""
         if pos + T > self.cfg.block_size:
             raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
         if cache is not None and pos + T > cache[0][0].shape[-1]:
             raise ValueError(f"sequence length {pos + T} exceeds the cache's "
                              f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
+        if cache is not None and B is not None and B != cache[0][0].shape[0]:
+            raise ValueError(f"{B} sequences fed to a cache of {cache[0][0].shape[0]} "
+                             f"(new_cache's `batch_size`)")
 
     def new_cache(self, batch_size, length=None):
         """Preallocated keys and values for incremental decoding of up to `length` positions
@@ -200,8 +206,11 @@ class Policy(nn.Module):
 
     def prefill(self, idx, cache):
         """Feed a whole prefix idx (B, T) in one pass, filling the cache; logits (B, V) of the
-        token that follows it."""
-        return self.head(self.features(idx, cache)[:, -1])          # (B, V)
+        token that follows it (only its last position's features are computed past the last
+        attention)."""
+        last = torch.zeros(idx.shape, dtype=torch.bool)
+        last[:, -1] = True
+        return self.head(self.features(idx, cache, keep=last))          # (B, V)
 
     def step(self, tokens, pos, cache, rows=None):
         """Logits (B, V) after feeding one token per sequence (B,) at position `pos`; with `rows`
@@ -209,7 +218,7 @@ class Policy(nn.Module):
         and values are stored either way. While the weights are fixed, without a gradient, the
         pass is `decode.OneTokenPass`: the same kernels without the modules around them."""
         if self.one_token is not None and self.one_token.applies(cache):
-            self._check_positions(pos, 1, cache)
+            self._check_positions(pos, 1, cache, tokens.shape[0])
             return self.one_token(tokens, pos, cache, rows)
         x = self.features(tokens[:, None], cache, pos)[:, 0]                 # (B, C)
         return self.head(x if rows is None else x[rows])

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import matmul       # `matmul._bmm` looked up at each call, so that `make bench` counts
+from . import kvcache, matmul   # `matmul._bmm` looked up at each call: `make bench` counts it
 from .gelu import gelu_backward, gelu_float32
 from .matmul import linear_backward, matmul_backward, scores_backward
 from .softmax import softmax, softmax_backward
@@ -29,16 +29,18 @@ def _rows(layer):
     return layer.weight.t() if layer.rows is None else layer.rows
 
 
-def features(policy, idx, weights, keep=None):
+def features(policy, idx, weights, keep=None, cache=None):
     """`policy.features(idx)` (B, T, C) for a float32 policy whose modules are the ones
     `Policy.plain_weights` vouches for, `weights` being their parameters in the order
     `_SequencePass` takes them (the two embeddings, each block's 12, the final layer norm's 2).
-    With `keep` (B, T, bool), `policy.features(idx)[keep]` (n, C). With a gradient to record,
-    one autograd node; without, the forward alone."""
+    With `keep` (B, T, bool), `policy.features(idx)[keep]` (n, C). With a `cache` (a prompt's
+    pass from position 0, nothing to record), each layer's keys and values are stored in it, as
+    `CausalSelfAttention` stores them. With a gradient to record, one autograd node; without,
+    the forward alone."""
     kept = None if keep is None else _Kept(keep)
-    if torch.is_grad_enabled() and any(w.requires_grad for w in weights):
+    if cache is None and torch.is_grad_enabled() and any(w.requires_grad for w in weights):
         return _SequencePass.apply(policy, idx, kept, *weights)
-    return _forward(policy, idx, None, kept)
+    return _forward(policy, idx, None, kept, cache)
 
 
 def _layer_norm(x, ln, saved):
@@ -58,7 +60,7 @@ def _linear(x, layer, saved):
     return out.view(*x.shape[:-1], layer.weight.shape[0])
 
 
-def _forward(policy, idx, saved, kept=None):
+def _forward(policy, idx, saved, kept=None, cache=None):
     """The modules' forward, operator for operator; with `saved` (a list), what the backward
     reads is appended to it, 16 tensors a block and 3 for the final layer norm. With `kept`, the
     last block's attention still runs over every position (its keys and values are read), but
@@ -69,9 +71,11 @@ def _forward(policy, idx, saved, kept=None):
     scale = 1.0 / math.sqrt(C // nh)
     last = policy.blocks[-1]
     x = F.embedding(idx, policy.wte.weight) + F.embedding(torch.arange(T), policy.wpe.weight)
-    for block in policy.blocks:
+    for i, block in enumerate(policy.blocks):
         attn = block.attn
         qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, saved)      # (B, T, 3C)
+        if cache is not None:
+            kvcache.store(qkv, cache[i], 0)
         q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
         p = softmax(matmul._bmm(q, k.transpose(-2, -1), scale, True), causal=True)
         y = matmul._bmm(p, v).transpose(1, 2).contiguous().view(B, T, C)
