@@ -1,5 +1,5 @@
-"""A pass over whole sequences (`Policy.features` without a cache) as a short list of kernel
-calls, with its gradient written out.
+"""A pass over whole sequences (`Policy.features`: training's, the reference's, SFT's, and a
+rollout's prompts into the cache) as a short list of kernel calls, with its gradient written out.
 
 Through the modules, one group's training pass records about 50 autograd nodes, 16 of them
 Python functions (the products, the causal softmax, GELU) that the engine calls back with the
@@ -10,7 +10,9 @@ and one autograd node, `_SequencePass`, holds what the backward needs. Its backw
 autograd would call for each of them, in the order the engine would (the gradients of a
 parameter reach it once per pass, as before), so every gradient has autograd's bits
 (tests/test_sequence.py); what is gone is the bookkeeping around them. The modules stay the
-definition; this pass is how a float32 policy computes it.
+definition; this pass is how a float32 policy computes it. Where only some positions' features
+are read (`keep`: a loss's tokens, a prompt's last), the last block computes the others up to
+its attention only, whose keys and values the kept rows read.
 """
 import math
 
