@@ -119,6 +119,8 @@ def test_kept_rows_have_the_bits_of_every_row(through, B, T, fixed, threads):
             modules = _kept_features_and_gradients(policy, idx, keep, fixed)
             through(True)
             plan = _kept_features_and_gradients(policy, idx, keep, fixed)
+            ran = policy.features(idx, keep=keep).grad_fn                  # the pass, not the
+            assert type(ran).__name__ == "_SequencePassBackward"           # modules, ran
             assert modules[0].shape == (int(keep.sum()), policy.cfg.n_embd)
             assert torch.equal(modules[0], plan[0]) and torch.equal(modules[1], plan[1])
             assert all(torch.equal(a, b) for a, b in zip(modules[2], plan[2]))
