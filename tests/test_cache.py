@@ -137,7 +137,7 @@ def test_keys_depend_on_every_part_of_the_config():
 
 def test_the_code_digest_covers_every_module_runs_imports():
     modules = imported_modules("harness.runs")
-    for name in ("gym", "kl", "policy", "regularize", "sampler", "evaluate", "grpo", "vocab",
+    for name in ("gym", "kl", "policy", "regularize", "sampler", "evaluation", "grpo", "vocab",
                  "harness.fingerprint", "harness.cache"):
         assert name in modules
     for name in ("science.plots", "science.book", "science.report", "pretrain",

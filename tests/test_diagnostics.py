@@ -11,7 +11,7 @@ from tinyagent.science.diagnostics import (DECISIONS, ROLES, call_pattern, decis
                                    first_call_distribution, heldout_prompts, k3_decomposition,
                                    kl_divergence, logged_path, malformed_calls, run_summary,
                                    split_calls, token_roles)
-from tinyagent.evaluate import evaluate, heldout_rollout
+from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS, Episode, Task
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.vocab import ID, WORDS, encode

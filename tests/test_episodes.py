@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinyagent.evaluate import evaluate, heldout_rollout
+from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS
 from tinyagent.policy import Policy, load_rl_base
 from tinyagent.science import episodes as E

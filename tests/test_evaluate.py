@@ -4,7 +4,7 @@ from math import comb
 import pytest
 
 from tinyagent.science.diagnostics import heldout_prompts
-from tinyagent.evaluate import evaluate, heldout_rollout, pass_at_k
+from tinyagent.evaluation import evaluate, heldout_rollout, pass_at_k
 from tinyagent.gym import HELDOUT_TASKS
 from tinyagent.policy import Policy, load_rl_base
 
@@ -60,7 +60,7 @@ def test_an_evaluation_needs_tasks_and_attempts(tasks, n, message):
 
 @pytest.mark.parametrize("ks", [(1, 8), (0,), (-1,), (1.5,), (True,), "12", None, ()])
 def test_ks_are_checked_against_n_before_the_rollout(monkeypatch, ks):
-    import tinyagent.evaluate as module
+    import tinyagent.evaluation as module
     monkeypatch.setattr(module, "rollout", lambda *args: pytest.fail("rolled out first"))
     with pytest.raises((TypeError, ValueError), match="ks"):
         evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=ks)
@@ -68,7 +68,7 @@ def test_ks_are_checked_against_n_before_the_rollout(monkeypatch, ks):
 
 @pytest.mark.parametrize("reference", ["x", 0, {"wte.weight": None}])
 def test_a_reference_that_is_not_a_policy_is_refused_before_the_rollout(monkeypatch, reference):
-    import tinyagent.evaluate as module
+    import tinyagent.evaluation as module
     monkeypatch.setattr(module, "rollout", lambda *args: pytest.fail("rolled out first"))
     with pytest.raises(TypeError, match="reference must be a Policy"):
         evaluate(Policy(seed=0), HELDOUT_TASKS[:2], n=2, ks=(1,), reference=reference)
@@ -95,7 +95,7 @@ def test_an_evaluation_refuses_the_temperatures_the_config_refuses(temperature):
 
 
 def test_distinct_per_task_refuses_groups_that_are_not_one_task_each():
-    from tinyagent.evaluate import distinct_per_task
+    from tinyagent.evaluation import distinct_per_task
     batch = heldout_rollout(Policy(seed=0), HELDOUT_TASKS[:2], n=4)
     assert distinct_per_task(batch, 4) >= 1
     for n, message in ((3, "grouped by task"), (8, "grouped by task"), (0, "positive integer")):

@@ -40,7 +40,7 @@ def _name(path):
 FILES = sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
 MODULES = sorted({_unit(_name(p)) for p in FILES})
 TOP = sorted(m for m in MODULES if "." not in m and m not in LAYERS)     # the book's code
-TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluate", "harness.runs", "sampler", "policy",
+TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluation", "harness.runs", "sampler", "policy",
                        "pretrain", "science.experiments")
 PRESENTATION = ("science.report", "science.plots", "science.book", CLAIMS)
 FACE = {"arithmetic", "memory"}       # what `import tinyagent` loads: the pins and malloc's thresholds
@@ -119,7 +119,7 @@ def _layer(module):
 
 
 def test_the_layers_are_the_ones_the_design_names():
-    assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluate",
+    assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluation",
                         "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul",
                         "gelu", "kernels", "adam", "kvcache", "memory", "decode", "softmax",
                         "sequence"}
@@ -318,12 +318,14 @@ def test_no_exported_name_is_a_module_name_so_the_face_is_predictable():
 
 
 def test_a_module_imported_under_another_name_is_the_module():
-    """`import tinyagent.evaluate as ev; ev.pass_at_k` (issue 21: it was the function)."""
-    code = ("import json, tinyagent.evaluate as ev, tinyagent; "
+    """`import tinyagent.evaluation as ev; ev.pass_at_k`, and `from tinyagent import evaluate` is
+    the function a reader calls, not a module of the same name."""
+    code = ("import json, tinyagent.evaluation as ev, tinyagent; "
             "from tinyagent import evaluate; "
-            "print(json.dumps([ev.pass_at_k(4, 2, 1), ev is tinyagent.evaluate is evaluate, "
-            "callable(ev.evaluate), tinyagent.pass_at_k is ev.pass_at_k]))")
-    assert _python(code) == [0.5, True, True, True]
+            "print(json.dumps([ev.pass_at_k(4, 2, 1), ev is tinyagent.evaluation, "
+            "evaluate is ev.evaluate is tinyagent.evaluate, callable(evaluate), "
+            "tinyagent.pass_at_k is ev.pass_at_k]))")
+    assert _python(code) == [0.5, True, True, True, True]
 
 
 def test_names_the_notebooks_import_from_the_package_still_import():

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from tinyagent.evaluate import evaluate, heldout_rollout
+from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.grpo import policy_entropy
 from tinyagent.gym import N_FUNCTIONS, TRAIN_TASKS, parse_call
 from tinyagent.harness import rebuild

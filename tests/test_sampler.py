@@ -86,7 +86,7 @@ def test_bad_temperature():
 SCRIPT = """
 import torch, hashlib
 torch.set_num_threads({threads})
-from tinyagent.evaluate import heldout_rollout
+from tinyagent.evaluation import heldout_rollout
 from tinyagent.policy import Policy
 b = heldout_rollout(Policy(seed=1), n=8)
 print(torch.get_num_threads(), hashlib.sha256(b.tokens.numpy().tobytes() + b.logp.numpy().tobytes()).hexdigest())

@@ -11,10 +11,10 @@ from pathlib import Path as _Path
 # The package's face is lazy: `import tinyagent.kl` loads only what kl.py imports, and a name
 # below is imported from the module that defines it the first time it is asked for. No name
 # below is also a module's name, so `tinyagent.X` is always one thing: `tinyagent.evaluate` is
-# the module, and the function is `tinyagent.evaluate.evaluate`.
+# the function, defined in the module `tinyagent.evaluation`.
 _EXPORTS = {
     "adam": ("Adam",),
-    "evaluate": ("pass_at_k",),
+    "evaluation": ("evaluate", "heldout_rollout", "pass_at_k"),
     "grpo": ("LoopHooks", "RLConfig", "TrainingState", "behavior_stats", "compute_advantages",
              "policy_loss", "rl_update", "sample_step", "train_rl"),
     "gym": ("HELDOUT_TASKS", "TRAIN_TASKS", "Episode", "Task"),

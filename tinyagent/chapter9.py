@@ -12,7 +12,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from .evaluate import evaluate
+from .evaluation import evaluate
 from .grpo import RLConfig, TrainingState, frozen_copy, train_rl
 from .policy import load_policy, load_rl_base
 

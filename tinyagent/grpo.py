@@ -91,9 +91,10 @@ class RLConfig:
         return self.tasks_per_step * self.group_size
 
 
-def sample_step(policy, cfg, gen, tasks=TRAIN_TASKS):
-    """One step's batch: `cfg.tasks_per_step` training tasks, `cfg.group_size` attempts each,
-    grouped consecutively."""
+def sample_step(policy, cfg, gen, tasks=None):
+    """One step's batch: `cfg.tasks_per_step` of `tasks` (default: the training tasks),
+    `cfg.group_size` attempts each, grouped consecutively."""
+    tasks = TRAIN_TASKS if tasks is None else tasks
     picks = torch.randint(len(tasks), (cfg.tasks_per_step,), generator=gen).tolist()
     return rollout(policy, [tasks[i] for i in picks for _ in range(cfg.group_size)], gen,
                    cfg.temperature)
@@ -246,12 +247,20 @@ class TrainingState:
         return cls(Adam(policy.parameters(), lr=cfg.lr), torch.Generator().manual_seed(cfg.seed))
 
 
-def train_rl(policy, cfg=RLConfig(), steps=80, tasks=TRAIN_TASKS, reference=None,
-             hooks=LoopHooks(), state=None, progress=True):
-    """The GRPO loop, Chapter 9's and (with its `hooks`) Chapter 10's. Trains `policy` in place,
-    anchored to `reference` (default: a frozen copy of its start), and returns the per-step log (a
-    list of dicts, see the README's logged metrics). An earlier call's `state` continues its run,
-    the log numbered from `state.step`. Sampling and updating are labelled for the profiler."""
+def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks=LoopHooks(),
+             state=None, progress=True):
+    """The GRPO loop, Chapter 9's and (with its `hooks`) Chapter 10's. Trains `policy` in place on
+    `tasks` (default: the gym's 200 training tasks, `TRAIN_TASKS`), anchored to `reference`
+    (default: a frozen copy of its start), and returns the per-step log: a list of dicts, one per
+    step (the README lists their keys). An earlier call's `state` continues its run, the log
+    numbered from `state.step`. Sampling and updating are labelled for the profiler.
+
+    Which trainer: this one for Chapter 9's run (an `RLConfig`; the default 80 steps are Chapter
+    9's), or to pass your own `LoopHooks`; `train_regularized` for any of Chapter 10's
+    regularizers (a `RegularizedConfig`: a KL penalty with any estimator, the KL in the reward, an
+    entropy bonus, an adaptive beta), which builds the hooks and calls this loop. With every
+    regularizer off the two give the same parameters bit for bit."""
+    tasks = TRAIN_TASKS if tasks is None else tasks
     positive_int("steps", steps)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     hooks = instance("hooks", hooks, LoopHooks)

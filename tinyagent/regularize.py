@@ -12,7 +12,6 @@ import torch
 
 from .checks import finite_positive, instance
 from .grpo import LoopHooks, RLConfig, coefficient, policy_loss, rl_update, train_rl
-from .gym import TRAIN_TASKS
 from .kl import (KL_ESTIMATE_KINDS, entropy_bonus, kl_estimate, masked_mean,
                  sequence_kl)
 
@@ -141,11 +140,18 @@ def regularized_hooks(cfg):
                        if cfg.kl_target is not None else None))
 
 
-def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=TRAIN_TASKS,
-                      reference=None, state=None, progress=True):
-    """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in (`regularized_hooks`); the
-    adaptive beta is logged as `kl_coef`. `reference` defaults to a frozen copy of the start (pass
-    another to continue a run anchored elsewhere); an earlier call's `state` continues its run, as
-    in `train_rl`. Trains in place; returns the per-step log. Defined in Section 10.6."""
+def train_regularized(policy, cfg=RegularizedConfig(), steps=40, tasks=None, reference=None,
+                      state=None, progress=True):
+    """Chapter 9's `train_rl` loop with Chapter 10's pieces passed in (`regularized_hooks`): trains
+    `policy` in place on `tasks` (default: the gym's 200 training tasks) and returns the per-step
+    log, with the adaptive beta logged as `kl_coef`. `reference` defaults to a frozen copy of the
+    start (pass another to continue a run anchored elsewhere); an earlier call's `state` continues
+    its run, as in `train_rl`. Defined in Section 10.6.
+
+    Which trainer: this one whenever a Chapter 10 regularizer is on (a KL penalty with any
+    estimator, `k3+` included, the KL in the reward, an entropy bonus, an adaptive beta); its
+    default 40 steps are Section 10.7's runs. `train_rl` is Chapter 9's loop (80 steps by default)
+    and takes an `RLConfig`, whose KL penalty knows k1, k2 and k3 only. With every regularizer off
+    both give the same parameters bit for bit."""
     cfg = instance("cfg", cfg, RegularizedConfig)
     return train_rl(policy, cfg, steps, tasks, reference, regularized_hooks(cfg), state, progress)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from tinyagent.harness.fingerprint import matches
-from tinyagent.evaluate import evaluate
+from tinyagent.evaluation import evaluate
 from tinyagent.policy import load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..evaluate import EVAL_SEED, heldout_rollout
+from ..evaluation import EVAL_SEED, heldout_rollout
 from .cache import ROOT
 from .fingerprint import check_arithmetic
 from ..gym import HELDOUT_TASKS

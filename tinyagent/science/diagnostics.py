@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import int_in
-from ..evaluate import ATTEMPTS, EVAL_SEED
+from ..evaluation import ATTEMPTS, EVAL_SEED
 from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
                   call_ended, parse_call)
 from ..harness.runs import policy_from_state

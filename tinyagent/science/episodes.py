@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..evaluate import heldout_rollout
+from ..evaluation import heldout_rollout
 from ..gym import HELDOUT_TASKS
 from ..harness.runs import policy_from_state
 from .diagnostics import malformed_calls

@@ -51,10 +51,12 @@ def distinct_per_task(batch, n, tokens=None):
 
 
 @torch.no_grad()
-def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
-    """`n` attempts at every task, grouped by task, from a generator seeded with `seed`: the
-    episodes `evaluate` scores. Sections 10.7 and 10.8 and the pretraining check sample these
-    too, so that their measurements describe the evaluated episodes themselves."""
+def heldout_rollout(policy, tasks=None, n=ATTEMPTS, seed=EVAL_SEED, temperature=1.0):
+    """`n` attempts at every task of `tasks` (default: the 10 held-out tasks), grouped by task,
+    from a generator seeded with `seed`: the episodes `evaluate` scores. Sections 10.7 and 10.8
+    and the pretraining check sample these too, so that their measurements describe the
+    evaluated episodes themselves."""
+    tasks = HELDOUT_TASKS if tasks is None else tasks
     positive_int("n (attempts per task)", n)
     check_temperature("temperature", temperature)
     tasks, seed = nonempty_list("tasks", tasks), seed_int("seed", seed)
@@ -63,12 +65,23 @@ def heldout_rollout(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, seed=EVAL_SEED, tem
 
 
 @torch.no_grad()
-def evaluate(policy, tasks=HELDOUT_TASKS, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
+def evaluate(policy, tasks=None, n=ATTEMPTS, ks=(1, 8), seed=EVAL_SEED, reference=None,
              temperature=1.0):
-    """`n` attempts at every task at `temperature`. Returns pass@k for each k, distinct action
-    sequences per task (`distinct`: spellings of one action merged, so it counts behaviour;
-    `distinct_raw`: every spelling apart), reads and malformed calls per episode, per-task pass
-    counts, and (with a `reference`) the mean per-token k3 of the sampled tokens against it."""
+    """`n` attempts (16) at every task of `tasks` (default: the 10 held-out tasks) at
+    `temperature`, sampled from a generator seeded with `seed`, so two policies meet the same
+    draws. Returns a dict:
+
+    "pass@k"          for each k in `ks`: the unbiased pass@k, averaged over tasks
+    "distinct"        distinct action sequences per task, spellings of one action merged
+                      (behaviour), averaged over tasks
+    "distinct_raw"    the same with every spelling counted apart
+    "reads"           read calls per episode
+    "malformed"       malformed tool calls per episode
+    "passed_per_task" how many of each task's n attempts passed, tasks in order
+    "kl_to_ref"       only with a `reference`: the mean per-token k3 of the sampled policy
+                      tokens against it
+    """
+    tasks = HELDOUT_TASKS if tasks is None else tasks
     n, tasks = positive_int("n (attempts per task)", n), nonempty_list("tasks", tasks)
     ks = tuple(int_in(f"each k of ks (pass@k of the n={n} attempts)", k, 1, n)
                for k in nonempty_list("ks", ks))
