@@ -5,12 +5,16 @@
 RUNS = $(shell $(1) -c '' >/dev/null 2>&1 && echo $(1))
 FIND_PYTHON = $(or $(call RUNS,python3.11),$(call RUNS,python3.13),$(call RUNS,python3.12),python3)
 PYTHON ?= $(eval PYTHON := $(FIND_PYTHON))$(PYTHON)# looked for once, when setup needs it
-# Where pip takes torch from. Empty (the default): pip's own configuration, which here finds the
-# local CPU wheel, and on public PyPI gives Linux the CUDA build (about 2.7 GB of downloads with
-# its NVIDIA libraries, which this CPU-only companion never loads). TORCH_INDEX=cpu: PyTorch's
-# CPU-only wheel index (about 190 MB); any other value is taken as an index URL.
+# Where pip takes torch from. Empty (the default): PyTorch's CPU-only wheel index (about 190 MB)
+# when it answers within 5 s, else pip's own configuration (a local wheel, a mirror; on public
+# PyPI, Linux gets the CUDA build, about 2.7 GB of downloads this CPU-only companion never loads).
+# TORCH_INDEX=cpu: that index, without asking; TORCH_INDEX=pip: pip's own configuration, without
+# asking; any other value is taken as an index URL. `make setup` says in one line which it took.
 TORCH_INDEX ?=
-TORCH_INDEX_URL = $(if $(filter cpu,$(TORCH_INDEX)),https://download.pytorch.org/whl/cpu,$(TORCH_INDEX))
+CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL = $(if $(filter cpu,$(TORCH_INDEX)),$(CPU_INDEX),$(TORCH_INDEX))
+# Exits 0 when the URL it is given answers 200 within 5 s (the DNS lookup included).
+ANSWERS = import sys, threading, urllib.request as u; r = []; t = threading.Thread(target=lambda: r.append(u.urlopen(sys.argv[1], timeout=5).status), daemon=True); t.start(); t.join(5); sys.exit(r != [200])
 TORCH_PIN = $(shell sed -n 's/^ *"\(torch==[^"]*\)".*/\1/p' pyproject.toml)
 VENV := .venv
 comma := ,
@@ -34,7 +38,7 @@ $(if $(strip $(VENV)),,$(call refuse,an empty VENV,it names the virtual environm
 $(if $(call has_unsafe_characters,$(VENV)),$(call refuse,VENV=$(VENV),a path of letters$(comma) digits and . _ / + - only))
 $(if $(strip $(NOTEBOOKS)),,$(call refuse,an empty NOTEBOOKS,it lists the notebooks to execute (default: notebooks/10*.ipynb)))
 $(foreach n,$(NOTEBOOKS),$(if $(or $(filter-out %.ipynb,$(n)),$(call has_unsafe_characters,$(n)),$(filter-out $(wildcard $(n)),$(n))),$(call refuse,NOTEBOOKS=$(NOTEBOOKS),every entry must be an existing .ipynb file$(comma) and $(n) is not (the notebooks: $(wildcard notebooks/*.ipynb)))))
-$(if $(TORCH_INDEX),$(if $(and $(filter 1,$(words $(TORCH_INDEX))),$(filter cpu http://% https://% file://%,$(TORCH_INDEX))),,$(call refuse,TORCH_INDEX=$(TORCH_INDEX),allowed: empty (pip's own configuration)$(comma) cpu$(comma) or one index URL starting with https://$(comma) http:// or file://)))
+$(if $(TORCH_INDEX),$(if $(and $(filter 1,$(words $(TORCH_INDEX))),$(filter cpu pip http://% https://% file://%,$(TORCH_INDEX))),,$(call refuse,TORCH_INDEX=$(TORCH_INDEX),allowed: empty (PyTorch's CPU index if it answers$(comma) else pip's own configuration)$(comma) cpu$(comma) pip$(comma) or one index URL starting with https://$(comma) http:// or file://)))
 $(if $(CLUSTER),$(if $(and $(filter 1,$(words $(CLUSTER))),$(findstring ://,$(CLUSTER))),,$(call refuse,CLUSTER=$(CLUSTER),allowed: one scheduler address such as tcp://host:8786)))
 FIGURE_NOTEBOOKS := $(shell grep -l save_figure $(NOTEBOOKS))
 # The shell's own values of the variables that can override a pin (fingerprint.OVERRIDES), taken
@@ -78,7 +82,16 @@ $(STAMP): pyproject.toml setup.py $(wildcard tinyagent/*.c tinyagent/*.h)
 	esac
 	$(call quote,$(PYTHON)) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(if $(TORCH_INDEX),$(BIN)/pip install --index-url $(call quote,$(TORCH_INDEX_URL)) '$(TORCH_PIN)')
+	@case $(call quote,$(TORCH_INDEX)) in \
+	pip) url=; why="pip's own configuration (TORCH_INDEX=pip)";; \
+	?*) url=$(call quote,$(TORCH_INDEX_URL)); why="$$url (TORCH_INDEX)";; \
+	*) if $(call quote,$(PYTHON)) -c '$(ANSWERS)' '$(CPU_INDEX)/torch/' 2>/dev/null; then \
+	     url='$(CPU_INDEX)'; why="PyTorch's CPU-only index, $(CPU_INDEX) (TORCH_INDEX=pip: pip's own configuration)"; \
+	   else url=; why="pip's own configuration ($(CPU_INDEX) did not answer within 5 s)"; fi;; \
+	esac; \
+	echo "make setup: torch from $$why"; \
+	if [ -n "$$url" ]; then echo "$(BIN)/pip install --index-url $$url '$(TORCH_PIN)'"; \
+	  $(BIN)/pip install --index-url "$$url" '$(TORCH_PIN)'; fi
 	$(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
 
@@ -123,9 +136,11 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m tinyagent.harness.bench
 
-# Jupyter refuses to start as root (as in many containers) unless told it may.
+# JupyterLab on working copies of the notebooks in lab/ (git-ignored; tinyagent/harness/lab.py
+# says how they follow notebooks/): exploring, autosave and progress bars never change the stored
+# outputs `make test` compares.
 lab: $(STAMP)
-	TINYAGENT_PROGRESS=1 $(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.harness.lab
 
 chapter9: $(STAMP)
 	$(BIN)/python -m tinyagent.chapter9

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tinyagent.harness import doctor
-from tinyagent.arithmetic import PINS
+from tinyagent.engine.arithmetic import PINS
 from tinyagent.harness.fingerprint import OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,11 +90,22 @@ def test_pins_are_read_from_pyproject():
 # The Makefile. Nothing here builds anything: make -n prints the recipes, and the interpreters are
 # fakes on a PATH of their own.
 
+# What a `make` that runs these tests passes to its children: its command line's variables
+# (`make test PYTHON=...` puts PYTHON=... in MAKEFLAGS and in the environment) and its depth.
+# The child `make` below is a make of its own, started as a reader starts one.
+CALLERS_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR",
+                "PYTHON", "TORCH_INDEX", "VENV", "NOTEBOOKS", "CLUSTER", "STRICT")
+
+
+def child_env(**settings):
+    """This process's environment without what a calling `make` passes down, plus `settings`."""
+    env = {name: value for name, value in os.environ.items() if name not in CALLERS_MAKE}
+    env.update(settings)
+    return env
+
+
 def make(*args, path=None):
-    env = dict(os.environ)
-    env.pop("PYTHON", None)
-    if path is not None:
-        env["PATH"] = path
+    env = child_env(**({} if path is None else {"PATH": path}))
     return subprocess.run([shutil.which("make"), "--no-print-directory", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -123,7 +134,7 @@ def test_clean_never_follows_a_symbolic_link(tmp_path, spelling):
 def test_make_runs_only_in_the_project(tmp_path):
     """make -f path/Makefile from elsewhere would clean that directory's .cache."""
     done = subprocess.run([shutil.which("make"), "-n", "-f", str(ROOT / "Makefile"), "clean"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "refusing to run in" in done.stderr
     assert "rm -rf" not in done.stdout
 
@@ -143,7 +154,7 @@ def test_a_make_variable_of_the_wrong_form_is_refused_before_any_command(setting
 @pytest.mark.parametrize("value", ["AVX2 SSE41", "AV'X2", "x'; echo INJECTED >&2; '"])
 def test_the_shells_settings_reach_the_doctor_as_they_are(value):
     """Each value is one quoted word: spaces and quotes neither split it nor run anything."""
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": value}
+    env = child_env(ONEDNN_MAX_CPU_ISA=value)
     done = subprocess.run([shutil.which("make"), "--no-print-directory", "-n", "doctor",
                            f"SHELL_ARITHMETIC={value}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
@@ -194,7 +205,73 @@ def test_setup_says_in_one_line_what_it_found_and_what_it_needs(fake_path, tmp_p
     assert not (tmp_path / "venv").exists()
 
 
-def test_torch_index_cpu_installs_torch_from_pytorchs_cpu_index():
-    done = make("-n", "-W", "pyproject.toml", "setup", "TORCH_INDEX=cpu")
-    assert "pip install --index-url 'https://download.pytorch.org/whl/cpu' 'torch==" in done.stdout
-    assert "download.pytorch.org" not in make("-n", "-W", "pyproject.toml", "setup").stdout
+def fake_setup(tmp_path, answers, *settings):
+    """`make setup` for real, with a fake python3.11 whose venv holds a fake pip that logs its
+    arguments, and PyTorch's CPU index answering or not (`answers`): (make's result, pip's calls)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("sh", "sed", "grep", "cat", "touch", "mkdir", "env", "chmod"):
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    log = tmp_path / "pip.log"
+    python = bin_ / "python3.11"
+    python.write_text(f"""#!/bin/sh
+case "$1 $2" in
+  "-c "*python_version*) echo 3.11.7;;
+  "-c "*urlopen*) exit {0 if answers else 1};;
+  "-m venv") mkdir -p "$3/bin"; printf '#!/bin/sh\\necho "$*" >> {log}\\n' > "$3/bin/pip"; chmod +x "$3/bin/pip";;
+esac
+""")
+    python.chmod(0o755)
+    done = make("-W", "pyproject.toml", "setup", f"VENV={tmp_path / 'venv'}", *settings,
+                path=str(bin_))
+    return done, log.read_text().splitlines() if log.exists() else []
+
+
+def torch_lines(done):
+    return [line for line in done.stdout.splitlines() if line.startswith("make setup: torch")]
+
+
+def test_setup_takes_pytorchs_cpu_index_when_it_answers(tmp_path):
+    done, pip = fake_setup(tmp_path, answers=True)
+    assert done.returncode == 0, done.stderr
+    [line] = torch_lines(done)
+    assert "CPU-only index" in line and "https://download.pytorch.org/whl/cpu" in line
+    assert pip[1] == "install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0"
+    assert pip[2] == "install -e .[dev]"
+
+
+def test_setup_keeps_pips_own_configuration_when_the_cpu_index_is_out_of_reach(tmp_path):
+    done, pip = fake_setup(tmp_path, answers=False)
+    assert done.returncode == 0, done.stderr
+    [line] = torch_lines(done)
+    assert "pip's own configuration" in line and "did not answer" in line
+    assert pip == ["install --upgrade pip", "install -e .[dev]"]
+
+
+@pytest.mark.parametrize("setting, index", [("TORCH_INDEX=cpu", "https://download.pytorch.org/whl/cpu"),
+                                            ("TORCH_INDEX=file:///opt/wheels", "file:///opt/wheels"),
+                                            ("TORCH_INDEX=pip", None)])
+def test_torch_index_decides_without_asking(tmp_path, setting, index):
+    done, pip = fake_setup(tmp_path, not index, setting)      # the probe would say the opposite
+    assert done.returncode == 0, done.stderr
+    [line] = torch_lines(done)
+    if index is None:
+        assert "pip's own configuration (TORCH_INDEX=pip)" in line
+        assert not any("--index-url" in call for call in pip)
+    else:
+        assert index in line and pip[1] == f"install --index-url {index} torch==2.13.0"
+
+
+def test_a_callers_make_variables_do_not_reach_the_child_make(fake_path, monkeypatch):
+    """`make test PYTHON=/x/python3.10` runs these tests; their child make must not see it."""
+    fake_path("python3.11", "3.11.7")
+    caller = {"MAKEFLAGS": " -- PYTHON=/nowhere/python3.10", "MAKELEVEL": "1",
+              "PYTHON": "/nowhere/python3.10"}
+    raw = subprocess.run([shutil.which("make"), "-n", "-W", "pyproject.toml", "setup"], cwd=ROOT,
+                         env={**os.environ, **caller, "PATH": fake_path.path},
+                         capture_output=True, text=True, timeout=60)
+    assert "/nowhere/python3.10" in raw.stdout + raw.stderr        # what the tests used to inherit
+    for name, value in caller.items():
+        monkeypatch.setenv(name, value)
+    done = make("-n", "-W", "pyproject.toml", "setup", path=fake_path.path)
+    assert "'python3.11' -m venv .venv" in done.stdout and "/nowhere" not in done.stdout

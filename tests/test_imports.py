@@ -125,7 +125,7 @@ def test_the_layers_are_the_ones_the_design_names():
                         "sequence"}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
-                                 "contract", "probe", "rebuild")}
+                                 "contract", "probe", "rebuild", "lab")}
     assert {m for m in MODULES if _layer(m) == "science"} == {"science", CLAIMS} | {
         f"science.{m}" for m in ("experiments", "study", "plan", "placement", "report", "book",
                                  "plots", "diagnostics", "pairs", "episodes", "entropy_collapse",
