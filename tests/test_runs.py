@@ -108,3 +108,37 @@ def test_workers_from_standard_input_are_refused_with_what_to_do(tmp_path):
 def test_a_run_that_cannot_start_is_refused_before_any_worker(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+class RecordingBar:
+    """Stands in for tqdm: what the runs' progress bar was told."""
+    made = []
+
+    def __init__(self, total, initial=0, disable=False, **kwargs):
+        self.total, self.count, self.updates, self.disable = total, initial, [], disable
+        RecordingBar.made.append(self)
+
+    def update(self, n=1):
+        self.count += n
+        self.updates.append(n)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_progress_bar_counts_the_steps_of_the_runs_in_flight(tmp_path, monkeypatch, workers):
+    """One job cached, two computed (in this process, or in two workers): the bar starts at the
+    cached run's steps and moves one step at a time, not one run at a time, up to every step."""
+    monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)
+    monkeypatch.setenv("TINYAGENT_RUNS", str(tmp_path))
+    monkeypatch.setattr(runs, "tqdm", RecordingBar)
+    jobs = [{"cfg": replace(COMPARISON["none"], seed=seed, tasks_per_step=2), "steps": 3}
+            for seed in (0, 1, 2)]
+    runs.regularized_runs(jobs[:1], workers=1, progress=False)
+    RecordingBar.made.clear()
+    runs.regularized_runs(jobs, workers=workers, progress=True)
+    [bar] = RecordingBar.made
+    assert bar.total == 9 and bar.count == 9
+    assert bar.updates.count(1) >= 5                 # steps, not runs (the last may come at the end)
+    assert not any(n > 3 for n in bar.updates)

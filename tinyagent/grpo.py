@@ -259,8 +259,12 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
     9's), or to pass your own `LoopHooks`; `train_regularized` for any of Chapter 10's
     regularizers (a `RegularizedConfig`: a KL penalty with any estimator, the KL in the reward, an
     entropy bonus, an adaptive beta), which builds the hooks and calls this loop. With every
-    regularizer off the two give the same parameters bit for bit."""
+    regularizer off the two give the same parameters bit for bit.
+
+    `progress`: True shows a progress bar, False nothing; a function is called with each step's
+    log as the step ends (how the harness counts the steps of runs in worker processes)."""
     tasks = TRAIN_TASKS if tasks is None else tasks
+    report = progress if callable(progress) else None
     positive_int("steps", steps)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     hooks = instance("hooks", hooks, LoopHooks)
@@ -268,7 +272,7 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
     state = TrainingState.start(policy, cfg) if state is None else instance(
         "state", state, TrainingState)
     history = []
-    for step in trange(state.step, state.step + steps, desc="GRPO", disable=not progress):
+    for step in trange(state.step, state.step + steps, desc="GRPO", disable=progress is not True):
         with record_function("sampling"):
             batch = sample_step(policy, cfg, state.generator, tasks)
         with record_function("update"), _naming_step(step, cfg):
@@ -285,6 +289,8 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
             cfg = replace(cfg, kl_coef=hooks.kl_controller.update(log["kl"]))
         history.append(log)
         state.step = step + 1
+        if report is not None:
+            report(log)
     return history
 
 

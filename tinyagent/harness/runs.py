@@ -9,10 +9,11 @@ under another arithmetic is never served as one computed under the pinned one.
 """
 import copy
 import hashlib
-
 import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 from multiprocessing import get_context
@@ -91,13 +92,13 @@ def _run_config(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT):
 RUN_PARTS = {"history", "eval", "eval_vs_reference", "state", "optimizer", "generator"}
 
 
-def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT):
+def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT, on_step=None):
     """In a worker (or in a process that computes the pinned arithmetic): train a copy of `start`
     (default: the base agent `agent`) for `steps` steps of `train_regularized` under `cfg`,
     anchored to `reference` (default: the start), then evaluate it on the held-out split against
     the base agent and against the reference; cached with its optimizer and generator state. A
     cached shorter run of the same job is continued, not redone (the same bits: `train_rl`
-    resumes exactly)."""
+    resumes exactly). `on_step`, if given, is called after each step it trains (progress)."""
     check_arithmetic()
     base = load_agent(agent)
     start = base if start is None else start
@@ -114,7 +115,8 @@ def _compute_run(cfg, steps=40, start=None, reference=None, agent=SHIPPED_AGENT)
             state.generator.set_state(earlier["generator"])
             history, state.step = earlier["history"], len(earlier["history"])
         history = history + train_regularized(policy, cfg, steps=steps - len(history),
-                                              reference=anchor, state=state, progress=False)
+                                              reference=anchor, state=state,
+                                              progress=on_step or False)
         vs_base = evaluate(policy, reference=base)
         anchored_at_base = reference is None and start is base
         return {"history": history,
@@ -145,14 +147,66 @@ def is_run(result):
     return isinstance(result, dict) and set(result) == RUN_PARTS
 
 
-def _run_job(job, required=None):
+def _run_job(job, required=None, steps_done=None, index=None):
     """A worker's entry: its own fingerprint is the one its runs are keyed by. A worker of another
-    machine (`executor`) must compute the `required` one, or it refuses."""
+    machine (`executor`) must compute the `required` one, or it refuses. With a `steps_done` queue
+    (progress on, local workers), each trained step puts the job's `index` on it."""
     global _worker_fingerprint
     _worker_fingerprint = fingerprint()
     if required is not None and _worker_fingerprint != required:
         raise RuntimeError(f"a remote worker refuses the run: {mismatch_message()}")
-    return _compute_run(**job)
+    on_step = None if steps_done is None else (lambda log: steps_done.put(index))
+    return _compute_run(**job, on_step=on_step)
+
+
+class _StepBar:
+    """A progress bar over the steps of a list of runs: cached runs count as done, and a run in
+    flight moves the bar at each step it trains, so the bar (and its ETA) moves within seconds of
+    the start rather than at the end of the first run. A run that continues a cached shorter run
+    trains fewer steps than it has; its remainder is added when it finishes."""
+
+    def __init__(self, steps, done, desc, progress):
+        self.steps, self.counted = steps, [s if d else 0 for s, d in zip(steps, done)]
+        self.bar = tqdm(total=sum(steps), initial=sum(self.counted), desc=desc, unit="step",
+                        disable=not progress)
+        self.enabled, self.lock = progress, threading.Lock()    # two threads report
+
+    def step(self, i):
+        with self.lock:
+            if self.counted[i] < self.steps[i]:
+                self.counted[i] += 1
+                self.bar.update(1)
+
+    def finished(self, i):
+        with self.lock:
+            self.bar.update(self.steps[i] - self.counted[i])
+            self.counted[i] = self.steps[i]
+
+    def close(self):
+        self.bar.close()
+
+
+@contextmanager
+def _step_queue(bar):
+    """A queue the worker processes put a job's index on after each step, drained into `bar` by a
+    thread of this process; None (and no extra process) when the bar is off."""
+    if not bar.enabled:
+        yield None
+        return
+    with get_context("spawn").Manager() as manager:
+        queue = manager.Queue()
+
+        def drain():
+            while (i := queue.get()) is not None:
+                bar.step(i)
+
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        try:
+            yield queue
+        finally:
+            queue.put(None)
+            thread.join()
 
 
 def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", executor=None):
@@ -179,25 +233,27 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", ex
     same_run = [{**config, "steps": None} for config in configs]
     extending = [i for i in missing if any(same_run[i] == same_run[j] and configs[j]["steps"]
                                            < configs[i]["steps"] for j in missing)]
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(missing), desc=desc, disable=not progress)
+    bar = _StepBar([config["steps"] for config in configs], [r is not None for r in results],
+                   desc, progress)
     for wave in ([i for i in missing if i not in extending], extending):
         if wave and min(workers, len(wave)) == 1 and matches():
             for i in wave:                  # this process computes the pinned arithmetic
-                results[i] = _compute_run(**jobs[i])
-                bar.update()
+                results[i] = _compute_run(**jobs[i], on_step=(lambda log, i=i: bar.step(i))
+                                          if bar.enabled else None)
+                bar.finished(i)
         elif wave and executor is not None:
             futures = {i: executor.submit(_run_job, jobs[i], worker_fingerprint()) for i in wave}
             for i, future in futures.items():
                 result = future.result()
                 results[i] = cached(configs[i], lambda: result, CACHE_DIR, check=is_run)
-                bar.update()
+                bar.finished(i)
         elif wave:
             _refuse_unspawnable_main()
-            with pinned_environment(), ProcessPoolExecutor(
+            with pinned_environment(), _step_queue(bar) as steps_done, ProcessPoolExecutor(
                     min(workers, len(wave)), mp_context=get_context("spawn")) as pool:
-                futures = {i: pool.submit(_run_job, jobs[i]) for i in wave}
-                for future in futures.values():
-                    future.add_done_callback(lambda _: bar.update())
+                futures = {i: pool.submit(_run_job, jobs[i], None, steps_done, i) for i in wave}
+                for i, future in futures.items():
+                    future.add_done_callback(lambda _, i=i: bar.finished(i))
                 try:
                     for i, future in futures.items():
                         results[i] = future.result()
