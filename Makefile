@@ -100,10 +100,12 @@ $(STAMP): pyproject.toml setup.py $(wildcard tinyagent/*.c tinyagent/*.h)
 doctor: $(STAMP)
 	@$(BIN)/python -m tinyagent.harness.doctor --shell-env $(SHELL_ARITHMETIC)
 
-# Re-execute every notebook in place (stored outputs are what `make test` compares).
+# Re-execute every notebook in place (stored outputs are what `make test` compares), then rewrite
+# README.md's generated part from them (.ci/readme.py; tests/test_readme.py fails when it is stale).
 notebooks: $(STAMP)
 	TINYAGENT_WRITE_FIGURES=1 $(EXECUTE) --inplace $(NOTEBOOKS)
 	$(BIN)/python .ci/normalize_notebooks.py $(NOTEBOOKS)
+	$(BIN)/python .ci/readme.py
 
 # Rebuild figures/ by executing the notebooks that write them into a scratch copy; stored
 # notebooks stay as they are.
