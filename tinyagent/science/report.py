@@ -13,8 +13,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-# The rule for a claim scored on five seeds, stated before the tables (README, "TinyAgent against
-# the book").
+# The rule for a claim scored on five seeds, fixed before any run is scored (each notebook states
+# it above its first table of claims).
 HOLDS_AT_LEAST = 4          # holds at 4-5 of 5 seeds: "holds"
 DEPENDS_AT_LEAST = 2        # 2-3 of 5: "depends on the seed"; 0-1 of 5: "does not hold"
 # The chapter's noise level for a held-out pass@1 difference: runs closer than this are "within noise".
