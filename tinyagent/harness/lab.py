@@ -90,10 +90,12 @@ def main(argv=None):
                         help="update lab/ and exit without starting JupyterLab")
     args = parser.parse_args(argv)
     done = working_copies()
-    changed = {name: action for name, action in done.items()
-               if action not in ("unchanged", "kept (yours)")}
-    for name, action in changed.items():
-        print(f"make lab: {name}: {action}")
+    by_action = {}
+    for name, action in done.items():
+        if action not in ("unchanged", "kept (yours)"):
+            by_action.setdefault(action, []).append(name.removesuffix(".ipynb"))
+    for action, names in by_action.items():
+        print(f"make lab: {action}: {', '.join(names)}")
     print(f"make lab: JupyterLab on {LAB.relative_to(ROOT)}/, your working copies (make test "
           f"compares notebooks/, which the lab does not open); open "
           f"10.1_reference_policy.ipynb first", flush=True)
