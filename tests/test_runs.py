@@ -1,5 +1,6 @@
 """Tests of tinyagent.harness.runs: run keys (config, code, arithmetic) and runs computed in worker
 processes or in-process."""
+import json
 from dataclasses import replace
 
 import pytest
@@ -125,6 +126,9 @@ class RecordingBar:
     def close(self):
         pass
 
+    def set_postfix_str(self, text):
+        self.postfix = text
+
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_progress_bar_counts_the_steps_of_the_runs_in_flight(tmp_path, monkeypatch, workers):
@@ -142,3 +146,21 @@ def test_the_progress_bar_counts_the_steps_of_the_runs_in_flight(tmp_path, monke
     assert bar.total == 9 and bar.count == 9
     assert bar.updates.count(1) >= 5                 # steps, not runs (the last may come at the end)
     assert not any(n > 3 for n in bar.updates)
+    assert not hasattr(bar, "postfix")               # no pace measured here yet: no guess
+
+
+def test_a_bar_says_how_long_its_runs_will_take_from_the_pace_measured_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(runs, "tqdm", RecordingBar)
+    jobs = [{"cfg": replace(COMPARISON["none"], seed=seed, tasks_per_step=2), "steps": 3}
+            for seed in (0, 1)]
+    runs.regularized_runs(jobs[:1], workers=1, progress=True)
+    pace = json.loads((tmp_path / runs._Pace.FILE).read_text())["seconds_per_step"]
+    assert 0 < pace < 60
+    RecordingBar.made.clear()
+    runs.regularized_runs(jobs, workers=1, progress=True)
+    [bar] = RecordingBar.made
+    assert bar.postfix.startswith("about ") and bar.postfix.endswith(" here")
+    RecordingBar.made.clear()
+    runs.regularized_runs(jobs, workers=1, progress=True)          # all cached: nothing to time
+    assert not hasattr(RecordingBar.made[0], "postfix")

@@ -9,9 +9,11 @@ under another arithmetic is never served as one computed under the pinned one.
 """
 import copy
 import hashlib
+import json
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from concurrent.futures.process import BrokenProcessPool
@@ -186,6 +188,32 @@ class _StepBar:
         self.bar.close()
 
 
+class _Pace:
+    """How long the runs about to train will take on this machine: a progress bar's note before
+    the first step, from the pace `record` measured last time (seconds a step takes one worker),
+    kept beside the run cache. Only a visible bar uses it, so no stored output depends on it."""
+
+    FILE = "pace.json"
+
+    def __init__(self, steps, workers, bar):
+        self.steps, self.workers, self.start = steps, workers, time.perf_counter()
+        try:
+            seconds = float(json.loads((CACHE_DIR / self.FILE).read_text())["seconds_per_step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        minutes = steps * seconds / workers / 60
+        bar.bar.set_postfix_str(f"about {minutes:.0f} min here" if minutes >= 1.5
+                                else f"about {60 * minutes:.0f} s here")
+
+    def record(self):
+        seconds = (time.perf_counter() - self.start) * self.workers / self.steps
+        try:
+            CACHE_DIR.mkdir(parents=True, exist_ok=True)
+            (CACHE_DIR / self.FILE).write_text(json.dumps({"seconds_per_step": round(seconds, 4)}))
+        except OSError:
+            pass                            # a note for the next bar, not worth failing a run
+
+
 @contextmanager
 def _step_queue(bar):
     """A queue the worker processes put a job's index on after each step, drained into `bar` by a
@@ -235,6 +263,8 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", ex
                                            < configs[i]["steps"] for j in missing)]
     bar = _StepBar([config["steps"] for config in configs], [r is not None for r in results],
                    desc, progress)
+    pace = _Pace(sum(configs[i]["steps"] for i in missing), min(workers, max(len(missing), 1)),
+                 bar) if bar.enabled and missing and executor is None else None
     for wave in ([i for i in missing if i not in extending], extending):
         if wave and min(workers, len(wave)) == 1 and matches():
             for i in wave:                  # this process computes the pinned arithmetic
@@ -260,6 +290,8 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", ex
                 except BrokenProcessPool as err:
                     raise RuntimeError(_UNSPAWNABLE) from err
     bar.close()
+    if pace is not None:
+        pace.record()
     return results
 
 
