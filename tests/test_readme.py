@@ -83,3 +83,18 @@ def test_make_notebooks_rewrites_the_generated_part():
     lines = done.stdout.splitlines()
     executes = next(i for i, line in enumerate(lines) if "nbconvert" in line)
     assert any(".ci/readme.py" in line for line in lines[executes + 1:])
+
+
+def test_the_readmes_reuse_example_runs(tmp_path):
+    """The "Reuse in ten lines" block, run as a reader's script (two steps instead of forty)."""
+    text = readme.README.read_text(encoding="utf-8")
+    section = text.split("## Reuse in ten lines", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 10 and "steps=40" in code
+    script = tmp_path / "reuse.py"
+    script.write_text(code.replace("steps=40", "steps=2"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    scores = done.stdout.strip().splitlines()[-1]
+    assert all(key in scores for key in ("'pass@1'", "'pass@8'", "'kl_to_ref'"))
