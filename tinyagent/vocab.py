@@ -9,7 +9,7 @@ FILES = ("tests", "log", "src")
 OBS_WORDS = ("fail", "trace", "error", "ok", "empty", "malformed", "unknown", "edited",
              "submitted", "limit", "files", "passed")
 N_KINDS = 246
-N_NAMES = 40             # no answer to memorize; with ~120, 3,500 SFT steps do not learn to copy one
+N_NAMES = 40             # none to memorize; with ~120, 3,500 SFT steps do not learn to copy one
 KINDS = tuple(f"kind{i:03d}" for i in range(N_KINDS))   # e.g. "parses dates", "merges lists"
 NAMES = tuple(f"fn{i:03d}" for i in range(N_NAMES))     # drawn afresh for every episode
 
