@@ -51,11 +51,15 @@ override SHELL_ARITHMETIC := $(foreach v,$(ARITHMETIC_VARIABLES),$(if $(findstri
 # One torch thread per notebook, whatever the environment says: tests run two notebooks at once
 # on two cores, and a notebook's own computations then round as the stored outputs did.
 export OMP_NUM_THREADS := 1
-# The pinned arithmetic (tinyagent/arithmetic.py): the same bits on any x86-64 machine. The package
-# sets these too; exporting them here covers every process make starts, before torch loads.
+# The pinned arithmetic (tinyagent/engine/arithmetic.py): the same bits on any x86-64 machine. A run
+# sets these too where it starts (tinyagent.engine.start); exporting them here covers every process
+# make starts, before torch computes.
+# They name x86 code, so they are set on x86-64 only (torch on ARM warns about them in every cell).
+ifneq ($(filter x86_64 amd64,$(shell uname -m)),)
 export ATEN_CPU_CAPABILITY := avx2
 export MKL_CBWR := COMPATIBLE,STRICT
 export ONEDNN_MAX_CPU_ISA := AVX2
+endif
 # No progress bars in executed notebooks: their stored outputs must not depend on timing.
 export TINYAGENT_PROGRESS ?= 0
 # make test STRICT=1: compare every stored output, whatever the platform
@@ -70,7 +74,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 setup: $(STAMP)
 
 # Says which Python it builds with, or in one line why it cannot.
-$(STAMP): pyproject.toml setup.py $(wildcard tinyagent/*.c tinyagent/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard tinyagent/engine/c/*.c tinyagent/engine/c/*.h)
 	@py=$(call quote,$(PYTHON)); \
 	version=$$("$$py" -c 'import platform; print(platform.python_version())' 2>/dev/null) || version=; \
 	case "$$version" in \
@@ -135,8 +139,10 @@ test: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 tests
 
+# How fast TinyAgent trains here, with both engines, into docs/performance.md; AGAINST=REV also
+# times that git revision side by side (tinyagent/harness/bench.py).
 bench: $(STAMP)
-	$(BIN)/python -m tinyagent.harness.bench
+	$(BIN)/python -m tinyagent.harness.bench --write docs/performance.md $(if $(AGAINST),--against $(call quote,$(AGAINST)))
 
 # JupyterLab on working copies of the notebooks in lab/ (git-ignored; tinyagent/harness/lab.py
 # says how they follow notebooks/): exploring, autosave and progress bars never change the stored

@@ -1,9 +1,9 @@
-"""Builds the package's C files into one extension module, tinyagent._kernels: matmul.c, the
-policy's matrix products, kvcache.c, its key/value cache's store, gelu.c, its GELU, adam.c, its
-optimizer's step, softmax.c, attention's softmax, and bindings.c, their Python entry points (the
-rest of the metadata is in pyproject.toml); kernels.h declares what they share. It needs Python's
-headers, not torch's. The run cache's code hash covers the same files (harness/cache.py), so that
-a change to a kernel recomputes runs."""
+"""Builds the engine's C files (tinyagent/engine/c/) into one extension module,
+tinyagent.engine._kernels (the rest of the metadata is in pyproject.toml). It needs a C compiler and
+Python's headers, not torch's. The extension is optional: where it cannot be built (no compiler,
+no headers), the install still succeeds and the package computes with plain PyTorch, saying so
+in one line when a run starts (tinyagent/engine/__init__.py). The run cache's code hash covers
+the same files (harness/cache.py), so that a change to a kernel recomputes runs."""
 import platform
 from glob import glob
 
@@ -18,7 +18,8 @@ flags = ["-O3", "-ffp-contract=off", "-fno-math-errno"] + (["-mavx2", "-mfma"] i
 # soname of the copy torch's wheel ships and loads first, so the kernels' threads are torch's own.
 # Elsewhere (Apple's compiler has no -fopenmp) they are built without it and run on one thread.
 openmp = ["-fopenmp"] if platform.system() == "Linux" else []
-setup(ext_modules=[Extension("tinyagent._kernels",
-                             sources=sorted(glob("tinyagent/*.c")), depends=["tinyagent/kernels.h"],
+setup(ext_modules=[Extension("tinyagent.engine._kernels",
+                             sources=sorted(glob("tinyagent/engine/c/*.c")),
+                             depends=["tinyagent/engine/c/kernels.h"],
                              extra_compile_args=flags + openmp, extra_link_args=openmp,
-                             libraries=["m"])])
+                             libraries=["m"], optional=True)])

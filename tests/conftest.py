@@ -4,7 +4,11 @@ import os
 
 import pytest
 
-from tinyagent.harness.contract import promised
+from tinyagent import engine
+
+engine.start()          # the pins, before anything computes (a test module's import may: the gym)
+
+from tinyagent.harness.contract import promised  # noqa: E402
 
 
 def pytest_configure(config):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinyagent.adam import Adam, exact_sqrt
+from tinyagent.engine.adam import Adam, exact_sqrt
 
 
 def _values(dtype, n=20000):
@@ -109,7 +109,7 @@ class _Scheduled:
 
     def step(self):
         if self.sched is None:
-            self.opt.lr = 3e-3 * self.factor(self.t)
+            self.opt.param_groups[0]["lr"] = 3e-3 * self.factor(self.t)
         self.opt.step()
         if self.sched is not None:
             self.sched.step()
@@ -140,7 +140,7 @@ def test_the_float32_step_in_c_has_the_bits_of_the_torch_operators():
     """adam.c against `torch_step` on the policy's parameters, their shapes' every tail of a
     vector, over steps whose gradients span ten orders of magnitude; a float64 parameter takes
     the torch operators themselves."""
-    from tinyagent.adam import torch_step
+    from tinyagent.engine.adam import torch_step
     from tinyagent.policy import Policy
     g = torch.Generator().manual_seed(11)
     ours = [p.detach().clone() for p in Policy(seed=4).parameters()]

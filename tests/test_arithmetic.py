@@ -22,7 +22,7 @@ from multiprocessing import get_context
 
 import pytest
 
-from tinyagent.arithmetic import ATEN_NEEDS, PINS, cpu_flags, pinned_environment
+from tinyagent.engine.arithmetic import ATEN_NEEDS, PINS, cpu_flags, pinned_environment
 from tinyagent.harness.fingerprint import EXPECTED, fingerprint
 
 pytestmark = pytest.mark.recorded_bits
@@ -32,7 +32,8 @@ pytestmark = pytest.mark.recorded_bits
 TRAIN = """
 import hashlib
 from tinyagent.harness.fingerprint import fingerprint
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.pretrain import DemoConfig, SFTConfig, make_demonstrations, sft
 from tinyagent.regularize import RegularizedConfig, train_regularized
 rl = load_rl_base()

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.regularize import RegularizedConfig
 from tinyagent.science.batch_probes import first_choice_entropy, gradient_share, sampler_mismatch
 

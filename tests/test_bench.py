@@ -8,11 +8,11 @@ import time
 import pytest
 import torch
 
-from tinyagent import matmul
+from tinyagent.engine import matmul
 from tinyagent.grpo import RLConfig, train_rl
 from tinyagent.harness.bench import PHASES, build_kernels, kernel_rate, main, step_profile
 from tinyagent.harness.cache import ROOT
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 
 
 def test_help_prints_usage_without_running_the_benchmark(capsys):

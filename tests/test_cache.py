@@ -182,21 +182,24 @@ def test_imported_modules_follows_every_form_of_import_at_any_depth(tmp_path, mo
 
 
 def test_the_code_hash_covers_the_c_kernels(tmp_path, monkeypatch):
-    """A kernel's C is the code of `kernels`, the module that loads it: a change to any .c or .h
-    file of the package changes the hash of what imports `kernels`, and of nothing else."""
-    for name, text in {"__init__.py": "", "kernels.py": "k = 1\n",
-                       "model.py": "from .kernels import k\n",
-                       "leaf.py": "", "a.c": "int f(void) { return 1; }\n"}.items():
+    """A kernel's C is the code of `engine.kernels`, the module that loads it: a change to any .c
+    or .h file of tinyagent/engine/c/ changes the hash of what imports `engine.kernels`, and of
+    nothing else."""
+    c = tmp_path / "engine" / "c"
+    c.mkdir(parents=True)
+    for name, text in {"__init__.py": "", "engine/__init__.py": "", "engine/kernels.py": "k = 1\n",
+                       "model.py": "from .engine.kernels import k\n",
+                       "leaf.py": "", "engine/c/a.c": "int f(void) { return 1; }\n"}.items():
         (tmp_path / name).write_text(text)
     monkeypatch.setattr(cache, "PACKAGE", tmp_path)
     model, leaf = code_digest("model"), code_digest("leaf")
-    (tmp_path / "a.c").write_text("int f(void) { return 2; }\n")
+    (c / "a.c").write_text("int f(void) { return 2; }\n")
     assert code_digest("model") != model and code_digest("leaf") == leaf
     model = code_digest("model")
-    (tmp_path / "b.c").write_text("\n")                          # a new C file counts too
+    (c / "b.c").write_text("\n")                                  # a new C file counts too
     assert code_digest("model") != model
     model = code_digest("model")
-    (tmp_path / "a.h").write_text("int f(void);\n")              # and a header
+    (c / "a.h").write_text("int f(void);\n")                      # and a header
     assert code_digest("model") != model
 
 
@@ -221,8 +224,8 @@ def test_the_code_hash_covers_every_module_a_run_imports(tmp_path):
                           cwd=Path(cache.__file__).parents[2], timeout=600)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
-    assert "harness.runs" in loaded and "regularize" in loaded and "_kernels" in loaded
-    loaded = {cache.KERNELS if m == "_kernels" else m for m in loaded}   # the C is kernels' code
+    assert "harness.runs" in loaded and "regularize" in loaded and "engine._kernels" in loaded
+    loaded = {cache.KERNELS if m == "engine._kernels" else m for m in loaded}  # the C: kernels' code
     missing = loaded - set(imported_modules("harness.runs"))
     assert not missing, f"a run imports {sorted(missing)}, which the code hash leaves out"
 

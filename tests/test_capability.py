@@ -7,7 +7,7 @@ shows the refusal in a real process on a CPU without AVX-512.
 """
 import pytest
 
-from tinyagent.arithmetic import PINS, check_aten_capability, runnable_pins
+from tinyagent.engine.arithmetic import PINS, check_aten_capability, runnable_pins
 
 ZEN3 = {"sse4_2", "avx", "avx2", "fma", "sha_ni"}                      # AMD EPYC Zen 3
 XEON = ZEN3 | {"avx512f", "avx512vl", "avx512bw", "avx512dq", "amx_tile"}   # Intel Xeon

@@ -6,7 +6,7 @@ import torch
 
 from tinyagent.grpo import RLConfig, compute_advantages, sample_step
 from tinyagent.kl import entropy
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.sampler import token_logprobs
 from tinyagent.science.book import SECTION_10_6
 from tinyagent.science.clip_batches import (after_steps, book_layout, book_ordering,

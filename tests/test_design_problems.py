@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.science import design_problems as D
 from tinyagent.science.book import SECTION_10_7, SECTION_10_8
 from tinyagent.science.claims import reset_claims

@@ -13,7 +13,8 @@ from tinyagent.science.diagnostics import (DECISIONS, ROLES, call_pattern, decis
                                    split_calls, token_roles)
 from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS, Episode, Task
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.vocab import ID, WORDS, encode
 
 TASKS = HELDOUT_TASKS[:4]          # small, but with both task types

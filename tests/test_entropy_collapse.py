@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tinyagent.grpo import RLConfig, compute_advantages, sample_step
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.sampler import token_logprobs
 from tinyagent.science.entropy_collapse import (BALANCE_ROWS, Decision, adam_bound, body_lines,
                                                 covariance, diff_counts, distance_to_book,

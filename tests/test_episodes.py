@@ -8,7 +8,8 @@ import torch
 
 from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.science import episodes as E
 from tinyagent.science.diagnostics import k3_decomposition, malformed_calls
 

@@ -6,7 +6,8 @@ import pytest
 from tinyagent.science.diagnostics import heldout_prompts
 from tinyagent.evaluation import evaluate, heldout_rollout, pass_at_k
 from tinyagent.gym import HELDOUT_TASKS
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 
 
 @pytest.mark.parametrize("n,c,k", [(16, 0, 1), (16, 3, 1), (16, 3, 8), (6, 2, 3), (5, 5, 2), (7, 1, 7)])

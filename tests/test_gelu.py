@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from tinyagent.arithmetic import torch_threads
-from tinyagent.gelu import gelu, gelu_expression
+from tinyagent.engine.arithmetic import torch_threads
+from tinyagent.engine.gelu import gelu, gelu_expression
 
 GEN = torch.Generator().manual_seed(0)
 

@@ -4,7 +4,7 @@ import torch
 from tinyagent.grpo import (LoopHooks, RLConfig, TrainingState, compute_advantages, frozen_copy,
                             policy_loss, reference_logprobs, rl_update, sample_step, train_rl)
 from tinyagent.policy import Policy
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 
 F64 = dict(dtype=torch.float64)
 

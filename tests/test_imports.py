@@ -1,13 +1,15 @@
 """The README's import rules, checked twice: on the package's source (which module names which, by
 its import statements) and at run time (what a fresh interpreter loads on `import tinyagent.x`).
 
-The rules: three layers, imports pointing one way: the book's code (the modules of `tinyagent/`)
-imports neither `harness/` nor `science/`, the harness imports only the book's code, the science
-imports both (and nothing imports the science); the math leaf `kl` imports only torch; the gym
-never imports the model, nor the model the gym; Chapter 9's `grpo` never imports Chapter 10's
-`regularize`; nothing that trains or evaluates imports `report`, `plots` or `book` (or a claims
-module); importing one module loads only what it imports, so the package's `__init__` is a lazy
-face over `arithmetic`.
+The rules: four layers, imports pointing one way: the book's code (the modules of `tinyagent/`)
+imports the book's code and the engine's seam (`tinyagent.engine`, its `__init__`) only, neither
+the engine's pieces nor `harness/` nor `science/`; the engine (`engine/`) imports, among the
+book's modules, only `policy` (the model it computes) and `checks`; the harness imports the book's
+code and the engine, not the science; the science imports all three (and nothing imports the
+science); the math leaf `kl` imports only torch; the gym never imports the model, nor the model
+the gym; Chapter 9's `grpo` never imports Chapter 10's `regularize`; nothing that trains or
+evaluates imports `report`, `plots` or `book` (or a claims module); importing one module loads
+only what it imports, so the package's `__init__` is a lazy face that imports nothing.
 """
 import ast
 import json
@@ -19,15 +21,16 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tinyagent"
-LAYERS = ("harness", "science")                       # the two folders below the book's code
+LAYERS = ("engine", "harness", "science")             # the three folders below the book's code
+ENGINE_MAY_IMPORT = {"policy", "checks"}              # the book's modules the engine reads
 CLAIMS = "science.claims"                             # a subpackage counted as one module
 
 
 def _unit(dotted):
     """The module of the graph that a dotted name below the package belongs to (the compiled
-    extension `_kernels` belongs to `kernels`, which loads it)."""
-    if dotted == "_kernels":
-        return "kernels"
+    extension `engine._kernels` belongs to `engine.kernels`, which loads it)."""
+    if dotted == "engine._kernels":
+        return "engine.kernels"
     return CLAIMS if dotted == CLAIMS or dotted.startswith(CLAIMS + ".") else dotted
 
 
@@ -43,8 +46,8 @@ TOP = sorted(m for m in MODULES if "." not in m and m not in LAYERS)     # the b
 TRAINS_OR_EVALUATES = ("grpo", "regularize", "evaluation", "harness.runs", "sampler", "policy",
                        "pretrain", "science.experiments")
 PRESENTATION = ("science.report", "science.plots", "science.book", CLAIMS)
-FACE = {"arithmetic", "memory"}       # what `import tinyagent` loads: the pins and malloc's thresholds
-LEAVES = ("arithmetic", "science.book", "checks", "kl", "vocab", "kernels", "memory")      # import no package module
+FACE = set()                          # what `import tinyagent` imports: nothing (no side effects)
+LEAVES = ("science.book", "checks", "kl", "vocab", "engine.kernels", "engine.memory")  # import no package module
 
 
 # ------------------------------------------------------------------ the source
@@ -54,14 +57,26 @@ def _is_module(dotted):
             or (PACKAGE.joinpath(*dotted.split(".")) / "__init__.py").exists())
 
 
-def _package_imports(path):
-    """The package modules a file names in its import statements, anywhere in the file: relative
-    imports of any level, `from tinyagent.x.y import`, `from tinyagent.x import module` and
-    `import tinyagent.x.y`, each as the graph's module it reaches."""
+def _module_level(tree):
+    """The nodes Python runs when it loads the module: all but those inside functions."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo += [child for child in ast.iter_child_nodes(node)
+                 if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+
+
+def _package_imports(path, loading=False):
+    """The package modules a file names in its import statements, anywhere in the file (with
+    `loading`, outside functions only: what loading it imports): relative imports of any level,
+    `from tinyagent.x.y import`, `from tinyagent.x import module` and `import tinyagent.x.y`, each
+    as the graph's module it reaches."""
     name = _name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in (_module_level(tree) if loading else ast.walk(tree)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[:len(package) - (node.level - 1)]
@@ -82,24 +97,48 @@ def _package_imports(path):
     return {_unit(m) for m in found} - {_unit(name)}
 
 
-def _module_imports(module):
+def _module_imports(module, loading=False):
     """What a module of the package imports; for a subpackage, what its files import together."""
-    return set().union(*(_package_imports(path) for path in FILES
+    return set().union(*(_package_imports(path, loading) for path in FILES
                          if _unit(_name(path)) == module))
 
 
 GRAPH = {m: _module_imports(m) for m in MODULES}
+LOADING = {m: _module_imports(m, loading=True) for m in MODULES}   # imports outside functions
 
 
-def closure(module):
+def closure(module, graph=GRAPH):
     """Every package module `module` imports, directly or not (itself excluded)."""
-    seen, todo = set(), list(GRAPH[module])
+    seen, todo = set(), list(graph[module])
     while todo:
         m = todo.pop()
         if m not in seen:
             seen.add(m)
-            todo += GRAPH[m]
+            todo += graph[m]
     return seen
+
+
+def _loaded_with_the_parents(modules):
+    """Loading a.b.c loads the packages a and a.b first, and what they import."""
+    out = set(modules)
+    for m in modules:
+        parts = m.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            if parent in LOADING:
+                out |= {parent} | closure(parent, LOADING)
+    return out
+
+
+def loaded_by(module):
+    """The package modules `import tinyagent.module` loads, from the source: the face, the
+    module, what they import outside functions, and the packages above each."""
+    found = FACE | {module}
+    while True:
+        more = _loaded_with_the_parents(found | set().union(*(closure(m, LOADING) for m in found)))
+        if more == found:
+            return found
+        found = more
 
 
 def _packages(modules):
@@ -113,16 +152,18 @@ def test_every_import_names_a_module_of_the_package():
 
 
 def _layer(module):
-    """"" for the book's code at the top, else the folder it sits in ("harness", "science")."""
+    """"" for the book's code at the top, else the folder it sits in ("engine", "harness",
+    "science"; the seam `engine` is the engine's)."""
     first = module.split(".")[0]
     return first if first in LAYERS else ""
 
 
 def test_the_layers_are_the_ones_the_design_names():
     assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluation",
-                        "exact", "pretrain", "chapter9", "arithmetic", "checks", "files", "matmul",
-                        "gelu", "kernels", "adam", "kvcache", "memory", "decode", "softmax",
-                        "sequence"}
+                        "exact", "pretrain", "chapter9", "checks", "files", "checkpoint"}
+    assert {m for m in MODULES if _layer(m) == "engine"} == {"engine"} | {
+        f"engine.{m}" for m in ("adam", "arithmetic", "gelu", "kernels", "kvcache", "matmul",
+                                "memory", "sequence_pass", "softmax", "token_pass", "weights")}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",
                                  "contract", "probe", "rebuild", "lab")}
@@ -131,16 +172,25 @@ def test_the_layers_are_the_ones_the_design_names():
                                  "plots", "diagnostics", "pairs", "episodes", "entropy_collapse",
                                  "clip_batches", "agents", "exercises_exact", "exercise_runs",
                                  "batch_probes", "design_problems", "replication", "plan_parts",
-                                 "book_numbers", "book_status")}
+                                 "book_numbers", "book_status", "plan_v2", "replication_v2")}
 
 
-def test_the_books_code_imports_neither_the_harness_nor_the_science():
+def test_the_books_code_imports_the_engine_through_its_seam_only_and_neither_harness_nor_science():
     for module in TOP:
-        below = {m for m in GRAPH[module] if _layer(m)}
+        below = {m for m in GRAPH[module] if _layer(m)} - {"engine"}
         assert not below, f"{module} (the book's code) imports {sorted(below)}"
+    assert "engine" in GRAPH["sampler"] and "engine" in GRAPH["grpo"]     # the seam is used
 
 
-def test_the_harness_imports_only_the_books_code_and_itself():
+def test_the_engine_imports_of_the_books_code_only_the_model_and_the_checks():
+    engine = [m for m in MODULES if _layer(m) == "engine"]
+    for module in engine:
+        book = {m for m in GRAPH[module] if not _layer(m)}
+        assert book <= ENGINE_MAY_IMPORT, f"{module} (the engine) imports {sorted(book)}"
+        assert not {m for m in GRAPH[module] if _layer(m) in ("harness", "science")}, module
+
+
+def test_the_harness_imports_only_the_books_code_the_engine_and_itself():
     for module in (m for m in MODULES if _layer(m) == "harness"):
         science = {m for m in GRAPH[module] if _layer(m) == "science"}
         assert not science, f"{module} (the harness) imports {sorted(science)}"
@@ -149,23 +199,34 @@ def test_the_harness_imports_only_the_books_code_and_itself():
 def test_the_science_imports_both_and_nothing_imports_the_science():
     science = [m for m in MODULES if _layer(m) == "science"]
     reached = set().union(*(GRAPH[m] for m in science))
-    assert {_layer(m) for m in reached} == {"", "harness", "science"}
+    assert {_layer(m) for m in reached} == {"", "engine", "harness", "science"}
     for module in (m for m in MODULES if _layer(m) != "science"):
         assert not {m for m in GRAPH[module] if _layer(m) == "science"}, module
 
 
 def test_the_direction_holds_at_run_time(fresh):
     """Importing a module of the book's code loads no module of the harness or the science, and
-    importing one of the harness loads none of the science."""
-    allowed = {"": {""}, "harness": {"", "harness"}, "science": {"", "harness", "science"}}
+    importing one of the harness loads none of the science (the engine's pins load with the
+    package's face, and the engine loads of the book's code only what it may import)."""
+    allowed = {"": {"", "engine"}, "engine": {"", "engine"}, "harness": {"", "engine", "harness"},
+               "science": {"", "engine", "harness", "science"}}
     for module in MODULES:
         loaded = {_layer(m) for m in fresh[module][0]}
         assert loaded <= allowed[_layer(module)], (module, sorted(fresh[module][0]))
 
 
 def test_imports_point_one_way():
-    cycles = [m for m in MODULES if m in closure(m)]
-    assert not cycles, f"import cycles through {cycles}"
+    """No cycle among the imports run at loading; counting the imports inside functions too, no
+    cycle crosses a layer. The one cycle inside a layer: the engine's `arithmetic.torch_threads`
+    calls the seam's `start` (imported in the function), which the seam re-exports."""
+    cycles = [m for m in MODULES if m in closure(m, LOADING)]
+    assert not cycles, f"import cycles at loading through {cycles}"
+    for m in MODULES:
+        for other in closure(m):
+            if m in closure(other):
+                assert _layer(m) == _layer(other), f"an import cycle between {m} and {other}"
+    inside = sorted(m for m in MODULES if m in closure(m))
+    assert inside == ["engine", "engine.arithmetic"], inside
 
 
 def test_the_leaves_import_no_package_module():
@@ -199,22 +260,25 @@ def test_nothing_that_trains_or_evaluates_imports_tables_figures_or_the_book(mod
 
 
 def test_arithmetic_stays_light():
-    """It runs on every import of the package, before torch computes: no package module, and
-    torch only inside its functions."""
-    tree = ast.parse((PACKAGE / "arithmetic.py").read_text())
+    """It runs on every import of the package, before torch computes: no package module when it
+    loads, and torch only inside its functions."""
+    assert not LOADING["engine.arithmetic"], LOADING["engine.arithmetic"]
+    tree = ast.parse((PACKAGE / "engine" / "arithmetic.py").read_text())
     top = [alias.name for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
            for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module)])]
     assert "torch" not in top and not any(name.startswith("torch.") for name in top)
 
 
-def test_the_package_face_imports_only_its_settings_and_reexports_from_where_names_are_defined():
+def test_the_package_face_imports_nothing_and_reexports_from_where_names_are_defined():
     face = {node.module for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text()))
             if isinstance(node, ast.ImportFrom) and node.level == 1}
     assert face == FACE
     import tinyagent
     for module, names in tinyagent._EXPORTS.items():
         defined = set()
-        for node in ast.parse((PACKAGE / f"{module}.py").read_text()).body:
+        source = PACKAGE / f"{module}.py"
+        source = source if source.exists() else PACKAGE / module / "__init__.py"
+        for node in ast.parse(source.read_text()).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 defined.add(node.name)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -237,16 +301,19 @@ LOADED = ("import sys, json, tinyagent.{module}; print(json.dumps([sorted(m for 
           "if m.startswith('tinyagent')), 'torch' in sys.modules]))")
 
 # One interpreter imports each module of the package as if it were the first: before each, every
-# package module but the face's (FACE) is dropped from sys.modules (torch, once loaded, stays:
-# so `report` goes first, to see whether it loads torch).
-EACH_FRESH = f"FACE = {sorted(FACE)!r}\n" + """
+# package module but those `import tinyagent` loaded is dropped from sys.modules (torch, once
+# loaded, stays: so `report` goes first, to see whether it loads torch).
+EACH_FRESH = """
 import importlib, json, sys
 import tinyagent
+FACE = {m for m in sys.modules if m.startswith("tinyagent.")}
 loaded = {}
 for module in sys.argv[1:]:
-    for name in [m for m in sys.modules if m.startswith("tinyagent.") and m.split(".")[1] not in FACE]:
+    for name in [m for m in sys.modules if m.startswith("tinyagent.") and m not in FACE]:
         del sys.modules[name]
-        vars(tinyagent).pop(name.split(".")[1], None)
+        parent, _, last = name.rpartition(".")
+        if parent in sys.modules:                   # `from . import x` reads the attribute
+            vars(sys.modules[parent]).pop(last, None)
     importlib.import_module(f"tinyagent.{module}")
     loaded[module] = [sorted({m.split(".", 1)[1] for m in sys.modules
                               if m.startswith("tinyagent.")}),
@@ -264,24 +331,25 @@ def fresh():
 
 
 def test_import_kl_loads_only_the_math_leaf():
-    """In its own interpreter, as a reader would: `import tinyagent.kl` loads the package's face,
-    the pinned arithmetic and kl, nothing of the trainer."""
-    assert _python(LOADED.format(module="kl")) == [
-        ["tinyagent", "tinyagent.arithmetic", "tinyagent.kl", "tinyagent.memory"], True]
+    """In its own interpreter, as a reader would: `import tinyagent.kl` loads the package's face
+    and kl, nothing of the trainer, and sets no environment variable."""
+    assert loaded_by("kl") == {"kl"}
+    code = ("import os, sys, json; before = dict(os.environ); import tinyagent.kl; "
+            "print(json.dumps([sorted(m for m in sys.modules if m.startswith('tinyagent')), "
+            "'torch' in sys.modules, sorted(set(os.environ.items()) ^ set(before.items()))]))")
+    assert _python(code) == [["tinyagent", "tinyagent.kl"], True, []]
 
 
 def test_import_report_loads_neither_torch_nor_the_trainer():
+    face = sorted(f"tinyagent.{m}" for m in loaded_by("kl") - {"kl"})
     assert _python(LOADED.format(module="science.report")) == [
-        ["tinyagent", "tinyagent.arithmetic", "tinyagent.memory", "tinyagent.science",
-         "tinyagent.science.report"],
-        False]
+        sorted(["tinyagent", *face, "tinyagent.science", "tinyagent.science.report"]), False]
 
 
 def test_importing_one_module_loads_only_what_it_imports(fresh):
     assert set(fresh) == set(MODULES)
     for module in MODULES:
-        expected = FACE | {module} | closure(module)
-        expected |= _packages(expected)
+        expected = loaded_by(module)
         assert fresh[module][0] == expected, (module, sorted(fresh[module][0] ^ expected))
 
 

@@ -1,40 +1,57 @@
-"""The cache's direct store and one-token attention (kvcache.py) give the bits of the views that
-`CausalSelfAttention` computes otherwise."""
+"""The cache's store and one-token attention on its memory (engine/kvcache.py) give the bits of
+the views that `CausalSelfAttention` writes, computed by the same kernels one call at a time
+(tests/kernel_modules.py)."""
+import pytest
 import torch
 
-from tinyagent import kvcache
+import kernel_modules
+from tinyagent import engine
+from tinyagent.engine import kvcache
 from tinyagent.policy import Policy
 
 
-def decoded(policy, idx, prefix, grad):
-    """Logits of a prefill of idx[:, :prefix] and then one token at a time, with autograd
-    recording (the views' path) or in inference mode (the direct path)."""
+@pytest.fixture(autouse=True)
+def _the_kernels():
+    if not engine.kernels.available():
+        pytest.skip("the engine's C kernels are not built")
+    engine.use("kernels")
+    yield
+    engine.use(None)
+
+
+def decoded(policy, idx, prefix, direct):
+    """Logits of a prefill of idx[:, :prefix] and then one token at a time, through the views of
+    kernel_modules with autograd recording, or through the engine's `Decoder` in inference mode
+    (the store and attention on the cache's memory)."""
     cache = policy.new_cache(idx.shape[0], idx.shape[1])
-    with torch.set_grad_enabled(grad):
-        logits = [policy.prefill(idx[:, :prefix], cache)]
-        logits += [policy.step(idx[:, t], t, cache) for t in range(prefix, idx.shape[1])]
+    if direct:
+        decoder = engine.Decoder(policy)
+        with torch.inference_mode():
+            logits = [decoder.prefill(idx[:, :prefix], cache)]
+            logits += [decoder.step(idx[:, t], t, cache) for t in range(prefix, idx.shape[1])]
+    else:
+        logits = [kernel_modules.prefill(policy, idx[:, :prefix], cache)]
+        logits += [kernel_modules.step(policy, idx[:, t], t, cache)
+                   for t in range(prefix, idx.shape[1])]
+        assert logits[-1].grad_fn is not None                        # autograd recorded the views
     return torch.stack(logits, 1).detach(), [t.detach().clone() for pair in cache for t in pair]
 
 
 def test_direct_decoding_has_the_bits_of_the_views():
     policy = Policy(seed=3)
     idx = torch.randint(0, policy.cfg.vocab_size, (5, 40), generator=torch.Generator().manual_seed(3))
-    views, views_cache = decoded(policy, idx, 13, grad=True)
-    with policy.fixed_weights():
-        direct, direct_cache = decoded(policy, idx, 13, grad=False)
+    views, views_cache = decoded(policy, idx, 13, direct=False)
+    direct, direct_cache = decoded(policy, idx, 13, direct=True)
     assert torch.equal(direct, views)
     assert all(torch.equal(a, b) for a, b in zip(direct_cache, views_cache))   # every position
 
 
-def test_the_direct_path_is_taken_only_where_it_applies():
+def test_the_store_writes_in_place_only_where_it_applies():
     policy = Policy()
-    cache = policy.new_cache(2, 8)[0]                               # one layer's
-    qkv = torch.zeros(2, 1, 3 * policy.cfg.n_embd)
-    with torch.no_grad():
-        assert kvcache.direct(qkv, cache)
-        assert not kvcache.direct(qkv.double(), cache)              # another precision
-        assert not kvcache.direct(qkv, (cache[0][..., :4], cache[1]))   # a strided cache
-    assert not kvcache.direct(qkv.requires_grad_(), cache)          # autograd records the pass
+    cache = policy.new_cache(2, 8)
+    assert kvcache.in_place(cache)
+    assert not kvcache.in_place([(k.double(), v.double()) for k, v in cache])   # another precision
+    assert not kvcache.in_place([(k[..., :4], v) for k, v in cache])          # a strided cache
 
 
 def test_compacting_keeps_what_indexing_keeps_in_the_filled_positions():
@@ -54,11 +71,11 @@ def test_compacting_keeps_what_indexing_keeps_in_the_filled_positions():
 def test_direct_decoding_writes_float32_whatever_the_default_dtype():
     policy = Policy(seed=6)
     idx = torch.randint(0, policy.cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(6))
-    expected, _ = decoded(policy, idx, 8, grad=False)
+    expected, _ = decoded(policy, idx, 8, direct=True)
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        got, _ = decoded(policy, idx, 8, grad=False)
+        got, _ = decoded(policy, idx, 8, direct=True)
     finally:
         torch.set_default_dtype(before)
     assert got.dtype == torch.float32 and torch.equal(got, expected)

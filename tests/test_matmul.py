@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinyagent import kernels
-from tinyagent.arithmetic import torch_threads
+from tinyagent.engine import kernels
+from tinyagent.engine.arithmetic import torch_threads
 from tinyagent.grpo import frozen_copy
 from tinyagent.harness.doctor import cpu_model
 from tinyagent.harness.runs import params_sha256
-from tinyagent.matmul import IMITATE_NO_AVX512, linear, matmul, scores, use_path
-from tinyagent.policy import Policy, load_rl_base
+from tinyagent.engine.matmul import IMITATE_NO_AVX512, linear, matmul, scores, use_path
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
 
 GEN = torch.Generator().manual_seed(0)
@@ -153,7 +154,8 @@ def test_the_kernels_share_torchs_openmp_runtime():
     """The kernels link libgomp.so.1, the soname of the copy torch ships, so the process holds
     one OpenMP runtime: the kernels' threads are torch's idle workers, not a second pool that
     would compete with them for the cores."""
-    import tinyagent.gelu  # noqa: F401  (the kernels loaded)
+    from tinyagent.engine import kernels
+    kernels.load("matmul")          # the C extension in this process
     with open("/proc/self/maps") as maps:
         runtimes = {line.split()[-1] for line in maps if "libgomp" in line}
     assert len(runtimes) == 1, runtimes
@@ -331,7 +333,7 @@ def test_training_steps_give_the_same_parameters_on_every_path():
 IMITATED = """
 import hashlib
 import torch
-from tinyagent.matmul import matmul, use_path
+from tinyagent.engine.matmul import matmul, use_path
 a = torch.randn(70, 66, generator=torch.Generator().manual_seed(1))
 b = torch.randn(66, 198, generator=torch.Generator().manual_seed(2))
 print(use_path("fastest"), use_path("avx512"), use_path("avx2"), use_path("fastest"))

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinyagent.policy import Policy, PolicyConfig, load_policy, save_policy
+from tinyagent.policy import Policy, PolicyConfig
+from tinyagent.checkpoint import load_policy, save_policy
 
 
 def test_parameter_count_is_the_chapters():
@@ -22,25 +23,68 @@ def test_float32_and_cached_steps_equal_full_forward():
     assert torch.allclose(full, steps, atol=1e-5, rtol=0)          # float32 rounding
 
 
-def test_fixed_weights_change_no_bit_and_stop_no_gradient():
-    """Inside `fixed_weights` the linear layers read their weights from copies transposed once:
-    the same bits as the products that transpose at every call, gradients still reach the
-    weights, and the copies are gone afterwards."""
+def _rows_are_the_transposed_weights(policy, weights):
+    linear = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)]
+    assert set(weights.rows) == set(linear)
+    return all(torch.equal(weights.rows[m], m.weight.detach().t()) and weights.rows[m].is_contiguous()
+               for m in linear)
+
+
+def test_the_engines_weights_are_the_transposed_weights_and_follow_every_change():
+    """`engine.weights.Weights` copies each linear layer's weight into rows (its transpose) once
+    and keeps them while they are the policy's: they are refreshed (`current` turns false, the
+    seam copies them again) after an optimizer step, after `load_state_dict`, after `p.data = ...`
+    and after an in-place edit; the engine's logits then follow the new weights."""
+    from tinyagent import engine
+    from tinyagent.engine.weights import Weights
     policy = Policy(seed=1)
     idx = torch.randint(0, policy.cfg.vocab_size, (4, 30), generator=torch.Generator().manual_seed(1))
+    weights = Weights(policy)
+    assert _rows_are_the_transposed_weights(policy, weights) and weights.current(policy)
+    assert weights.ordered == [p for n, p in policy.named_parameters()
+                               if not n.startswith("head.")]          # the pass's 16 + 2 + 2
+    assert weights.current(policy)                                    # reading changes nothing
+
+    def changed(change):
+        """`current` after `change`, and the seam's rows refreshed: the transposed new weights,
+        and the engine's logits equal to those of a fresh copy with the same weights."""
+        with torch.no_grad():
+            engine.logits(policy, idx)
+        held = engine._weights[policy]
+        change()
+        still = held.current(policy)
+        with torch.no_grad():
+            after = engine.logits(policy, idx)
+        fresh = Policy(seed=1)
+        fresh.load_state_dict(policy.state_dict())
+        with torch.no_grad():
+            expected = engine.logits(fresh, idx)
+        if engine.in_force() == "kernels":
+            assert engine._weights[policy] is not held
+            assert _rows_are_the_transposed_weights(policy, engine._weights[policy])
+        assert torch.equal(after, expected)
+        return still
+
+    opt = engine.Adam(policy.parameters(), lr=1e-2)
+
+    def optimizer_step():
+        policy.zero_grad()
+        engine.logits(policy, idx).square().mean().backward()
+        opt.step()
+    assert not changed(optimizer_step)
+    assert not changed(lambda: policy.load_state_dict(Policy(seed=2).state_dict()))
+
+    def new_data():
+        policy.head.weight.data = policy.head.weight.data * 2
+    assert not changed(new_data)
+
+    def in_place():
+        with torch.no_grad():
+            policy.blocks[1].mlp.fc.weight[0, 0] += 1.0
+    assert not changed(in_place)
     with torch.no_grad():
-        plain = policy(idx)
-        with policy.fixed_weights():
-            fixed = policy(idx)
-            cache = policy.new_cache(4, 30)
-            stepped = torch.stack([policy.step(idx[:, t], t, cache) for t in range(30)], dim=1)
-        cache = policy.new_cache(4, 30)
-        stepped_plain = torch.stack([policy.step(idx[:, t], t, cache) for t in range(30)], dim=1)
-    assert torch.equal(fixed, plain) and torch.equal(stepped, stepped_plain)
-    with policy.fixed_weights():
-        policy(idx).sum().backward()
-    assert policy.head.weight.grad is not None and policy.head.weight.grad.abs().sum() > 0
-    assert policy.head.rows is None
+        engine.logits(policy, idx)
+    assert engine._weights[policy].current(policy)            # and nothing else invalidates them
 
 
 def test_a_prefix_decoded_in_inference_mode_first_still_trains():
@@ -173,13 +217,13 @@ def test_an_empty_or_malformed_checksum_file_is_not_called_a_corrupted_checkpoin
 
 
 def test_only_the_shipped_checkpoint_is_sent_to_pretrain_replace(tmp_path, monkeypatch):
-    import tinyagent.policy
+    import tinyagent.checkpoint
     for name in ("mine.pt", "rl_base.pt"):
         save_policy(Policy(), tmp_path / name)
         data = bytearray((tmp_path / name).read_bytes())
         data[len(data) // 2] ^= 0xFF
         (tmp_path / name).write_bytes(bytes(data))
-    monkeypatch.setattr(tinyagent.policy, "RL_BASE_CHECKPOINT", tmp_path / "rl_base.pt")
+    monkeypatch.setattr(tinyagent.checkpoint, "RL_BASE_CHECKPOINT", tmp_path / "rl_base.pt")
     with pytest.raises(ValueError, match="corrupted") as err:
         load_policy(tmp_path / "mine.pt")                 # a user's own file: --replace would
     assert "pretrain" not in str(err.value)               # overwrite the shipped agent instead
@@ -195,13 +239,13 @@ def _spellings(shipped):
 
 
 def test_save_policy_refuses_the_shipped_checkpoint_under_any_spelling(tmp_path, monkeypatch):
-    import tinyagent.policy
-    from tinyagent.policy import is_shipped_checkpoint
+    import tinyagent.checkpoint
+    from tinyagent.checkpoint import is_shipped_checkpoint
     shipped = tmp_path / "checkpoints" / "rl_base.pt"
     shipped.parent.mkdir()
     save_policy(Policy(seed=0), shipped)
     before = shipped.read_bytes(), shipped.with_suffix(".sha256").read_bytes()
-    monkeypatch.setattr(tinyagent.policy, "RL_BASE_CHECKPOINT", shipped)
+    monkeypatch.setattr(tinyagent.checkpoint, "RL_BASE_CHECKPOINT", shipped)
     (tmp_path / "link.pt").symlink_to(shipped)
     os.link(shipped, tmp_path / "hard.pt")
     for path in _spellings(shipped) + [tmp_path / "link.pt", tmp_path / "hard.pt"]:
@@ -215,7 +259,7 @@ def test_save_policy_refuses_the_shipped_checkpoint_under_any_spelling(tmp_path,
 
 
 def test_the_real_shipped_checkpoint_is_refused_by_the_spelling_from_the_issue():
-    from tinyagent.policy import RL_BASE_CHECKPOINT, is_shipped_checkpoint
+    from tinyagent.checkpoint import RL_BASE_CHECKPOINT, is_shipped_checkpoint
     spelled = RL_BASE_CHECKPOINT.parent / ".." / "checkpoints" / "rl_base.pt"
     assert is_shipped_checkpoint(spelled) and is_shipped_checkpoint(RL_BASE_CHECKPOINT)
     with pytest.raises(ValueError, match="is the shipped checkpoint"):
@@ -234,7 +278,7 @@ def test_a_checkpoint_with_non_finite_weights_is_refused_although_its_checksum_m
 
 
 def test_write_atomically_writes_bytes_and_leaves_no_temporary_file(tmp_path):
-    from tinyagent.policy import write_atomically
+    from tinyagent.files import write_atomically
     write_atomically(tmp_path / "a.bin", b"one")
     write_atomically(str(tmp_path / "a.bin"), b"two")
     assert (tmp_path / "a.bin").read_bytes() == b"two"
@@ -270,7 +314,7 @@ def test_write_atomically_takes_a_long_name_and_refuses_a_missing_directory(tmp_
 
 
 def test_save_policy_adds_beside_the_shipped_checkpoint_but_never_overwrites_there(tmp_path, monkeypatch):
-    import tinyagent.policy as policy_module
+    import tinyagent.checkpoint as policy_module
     shipped = tmp_path / "checkpoints" / "rl_base.pt"
     shipped.parent.mkdir()
     monkeypatch.setattr(policy_module, "RL_BASE_CHECKPOINT", shipped)
@@ -284,14 +328,18 @@ def test_save_policy_adds_beside_the_shipped_checkpoint_but_never_overwrites_the
     save_policy(Policy(seed=3), tmp_path / "elsewhere.pt")      # anywhere else is allowed
 
 
-def test_step_with_rows_gives_those_rows_logits_and_stores_every_row():
+@pytest.mark.parametrize("through", ["the modules", "the engine"])
+def test_step_with_rows_gives_those_rows_logits_and_stores_every_row(through):
+    from tinyagent import engine
     policy = Policy(seed=5)
+    decoder = policy if through == "the modules" else engine.Decoder(policy)
+    prefill, step = decoder.prefill, decoder.step
     idx = torch.randint(0, policy.cfg.vocab_size, (6, 9), generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
         full, some = policy.new_cache(6, 9), policy.new_cache(6, 9)
-        policy.prefill(idx[:, :8], full)
-        policy.prefill(idx[:, :8], some)
-        everything = policy.step(idx[:, 8], 8, full)
-        chosen = policy.step(idx[:, 8], 8, some, [1, 4, 5])
+        prefill(idx[:, :8], full)
+        prefill(idx[:, :8], some)
+        everything = step(idx[:, 8], 8, full)
+        chosen = step(idx[:, 8], 8, some, [1, 4, 5])
     assert torch.equal(chosen, everything[[1, 4, 5]])
     assert all(torch.equal(a, b) for pa, pb in zip(full, some) for a, b in zip(pa, pb))

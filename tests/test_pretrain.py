@@ -11,16 +11,17 @@ from tinyagent.grpo import policy_entropy
 from tinyagent.gym import N_FUNCTIONS, TRAIN_TASKS, parse_call
 from tinyagent.harness import rebuild
 from tinyagent.harness.rebuild import CHECKPOINT, compare, held_out_behaviour, main
-from tinyagent.policy import Policy, load_rl_base
-from tinyagent.pretrain import (DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft,
-                                torch_threads)
+from tinyagent.policy import Policy
+from tinyagent.checkpoint import load_rl_base
+from tinyagent.engine import torch_threads
+from tinyagent.pretrain import DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft
 from tinyagent.sampler import token_logprobs
 from tinyagent.vocab import ID
 
 # A short SFT in a fresh process, N times in a row; prints each checkpoint's SHA-256.
 SHORT_SFT = """
 import sys
-from tinyagent.policy import save_policy
+from tinyagent.checkpoint import save_policy
 from tinyagent.pretrain import DemoConfig, SFTConfig, build_rl_base
 for _ in range(int(sys.argv[2])):
     policy = build_rl_base(DemoConfig(n_demos=64), SFTConfig(steps=30, batch_size=16))

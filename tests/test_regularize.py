@@ -11,7 +11,7 @@ import torch
 
 from tinyagent.grpo import (RLConfig, compute_advantages, reference_logprobs, rl_update,
                             sample_step)
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.regularize import (AdaptiveKLController, RegularizedConfig, adaptive_kl_coef,
                                   first_choices,
                                   regularized_update, train_regularized)

@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinyagent.softmax import softmax
+from tinyagent.engine.softmax import softmax
 
 
 def _scores(shape, scale, causal, seed=0):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyagent.arithmetic import PINS, torch_threads
+from tinyagent.engine.arithmetic import PINS, torch_threads
 from tinyagent.harness.probe import LIBRARY_FAMILIES, differences, machine, probe
 
 pytestmark = pytest.mark.recorded_bits

@@ -1,10 +1,4 @@
 """TinyAgent: a tiny coding agent, its one-edit gym, Chapter 9's GRPO and Chapter 10's regularizers."""
-from .arithmetic import pin_environment
-from .memory import keep_freed_memory
-
-pin_environment()     # before torch computes anything: see arithmetic.py
-keep_freed_memory()   # a run's tensors reuse freed memory instead of faulting in new pages
-
 from importlib import import_module as _import_module
 from pathlib import Path as _Path
 
@@ -13,13 +7,14 @@ from pathlib import Path as _Path
 # below is also a module's name, so `tinyagent.X` is always one thing: `tinyagent.evaluate` is
 # the function, defined in the module `tinyagent.evaluation`.
 _EXPORTS = {
-    "adam": ("Adam",),
+    "checkpoint": ("load_policy", "load_rl_base", "save_policy"),
+    "engine": ("Adam",),
     "evaluation": ("evaluate", "heldout_rollout", "pass_at_k"),
     "grpo": ("LoopHooks", "RLConfig", "TrainingState", "behavior_stats", "compute_advantages",
              "policy_loss", "rl_update", "sample_step", "train_rl"),
     "gym": ("HELDOUT_TASKS", "TRAIN_TASKS", "Episode", "Task"),
     "kl": ("entropy_bonus", "kl_estimate", "kl_penalty", "sequence_kl"),
-    "policy": ("Policy", "PolicyConfig", "load_policy", "load_rl_base", "save_policy"),
+    "policy": ("Policy", "PolicyConfig"),
     "regularize": ("AdaptiveKLController", "RegularizedConfig", "regularized_update",
                    "train_regularized"),
     "sampler": ("rollout", "token_logprobs"),

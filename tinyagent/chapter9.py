@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .evaluation import evaluate
 from .grpo import RLConfig, TrainingState, frozen_copy, train_rl
-from .policy import load_policy, load_rl_base
+from .checkpoint import load_policy, load_rl_base
 
 EVAL_EVERY = 20     # steps between held-out evaluations; continuing a run keeps its bits
 

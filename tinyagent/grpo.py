@@ -11,7 +11,8 @@ import torch
 from torch.profiler import record_function
 from tqdm.auto import trange
 
-from .adam import Adam
+from . import engine
+from .engine import Adam
 from .checks import (all_finite, finite_nonempty, instance, nonempty_list, positive_int,
                      real_number, seed_int, temperature)
 from .gym import TRAIN_TASKS
@@ -159,9 +160,8 @@ def grpo_loss(logp, old_logp, ref_logp, log_dist, advantages, mask, cfg):
 
 
 def reference_logprobs(reference, batch):
-    """The reference policy's log-probabilities of the batch's policy tokens (B, T), no gradient
-    (its weights stay fixed: each layer transposes its weight once, `Policy.fixed_weights`)."""
-    with torch.no_grad(), reference.fixed_weights():
+    """The reference policy's log-probabilities of the batch's policy tokens (B, T), no gradient."""
+    with torch.no_grad():
         ref_logp, _ = token_logprobs(reference, batch.tokens, batch.temperature, batch.policy_mask)
     return ref_logp
 
@@ -180,8 +180,7 @@ def rl_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen, loss_fn=
     for _ in range(cfg.epochs):
         order = torch.randperm(tokens.shape[0], generator=gen)
         for mb in order.chunk(cfg.minibatches):
-            with policy.fixed_weights():                 # fixed until the step below
-                logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
+            logp, log_dist = token_logprobs(policy, tokens[mb], temperature, mask[mb])
             if mismatch is None:
                 mismatch = mismatch_kl(logp.detach(), old_logp[mb], mask[mb]).item()
             loss, mb_stats = loss_fn(logp, old_logp[mb], ref_logp[mb], log_dist,
@@ -272,25 +271,29 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
     state = TrainingState.start(policy, cfg) if state is None else instance(
         "state", state, TrainingState)
     history = []
-    for step in trange(state.step, state.step + steps, desc="GRPO", disable=progress is not True):
-        with record_function("sampling"):
-            batch = sample_step(policy, cfg, state.generator, tasks)
-        with record_function("update"), _naming_step(step, cfg):
-            log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
-            ref_logp = reference_logprobs(reference, batch)                    # (B, T)
-            rewards = batch.rewards                                            # (B,)
-            if hooks.shape_rewards is not None:
-                rewards, shaped = hooks.shape_rewards(batch, ref_logp, cfg)
-                log.update(shaped)
-            advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
-            log.update(rl_update(policy, state.optimizer, batch, advantages, ref_logp, cfg,
-                                 state.generator, hooks.loss_fn))
-        if hooks.kl_controller is not None:
-            cfg = replace(cfg, kl_coef=hooks.kl_controller.update(log["kl"]))
-        history.append(log)
-        state.step = step + 1
-        if report is not None:
-            report(log)
+    # One torch thread: a run's passes are too small to share between threads (on a busy
+    # machine two are many times slower), and the stored runs were computed on one.
+    with engine.torch_threads(1):
+        for step in trange(state.step, state.step + steps, desc="GRPO",
+                           disable=progress is not True):
+            with record_function("sampling"):
+                batch = sample_step(policy, cfg, state.generator, tasks)
+            with record_function("update"), _naming_step(step, cfg):
+                log = {"step": step, **behavior_stats(batch), "kl_coef": cfg.kl_coef}
+                ref_logp = reference_logprobs(reference, batch)                    # (B, T)
+                rewards = batch.rewards                                            # (B,)
+                if hooks.shape_rewards is not None:
+                    rewards, shaped = hooks.shape_rewards(batch, ref_logp, cfg)
+                    log.update(shaped)
+                advantages, log["zero_adv_groups"] = compute_advantages(rewards, cfg.group_size)
+                log.update(rl_update(policy, state.optimizer, batch, advantages, ref_logp, cfg,
+                                     state.generator, hooks.loss_fn))
+            if hooks.kl_controller is not None:
+                cfg = replace(cfg, kl_coef=hooks.kl_controller.update(log["kl"]))
+            history.append(log)
+            state.step = step + 1
+            if report is not None:
+                report(log)
     return history
 
 

@@ -3,7 +3,7 @@
 `make pretrain` (tinyagent/harness/rebuild.py) rebuilds it and compares it with the shipped one.
 
 SFT amplifies rounding differences over its 3,500 Adam steps, so it runs under the pinned
-arithmetic (arithmetic.py) on a fixed number of torch threads: the rebuild gives the shipped bytes
+arithmetic (tinyagent/engine/arithmetic.py) on a fixed number of torch threads: the rebuild gives the shipped bytes
 on any x86-64 machine, whatever OMP_NUM_THREADS says. Every rebuild is still compared with the
 shipped agent on the held-out tasks, so that on a platform where the bits differ the verdict says
 whether the behaviour does by more than sampling error.
@@ -20,8 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .adam import Adam
-from .arithmetic import torch_threads
+from . import engine
 from .gym import N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .policy import Policy
 from .vocab import ID, PAD, WORDS, encode
@@ -116,7 +115,7 @@ def make_demonstrations(cfg=DemoConfig()):
 
 def sft_loss(policy, tokens, mask):
     """Mean cross-entropy of the policy tokens given their prefixes."""
-    logits = policy(tokens[:, :-1])                                        # (B, T-1, V)
+    logits = engine.logits(policy, tokens[:, :-1])                                      # (B, T-1, V)
     nll = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
     target_mask = mask[:, 1:]
     return (nll * target_mask).sum() / target_mask.sum()
@@ -132,11 +131,11 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
     threads (so the bytes do not depend on OMP_NUM_THREADS)."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = Adam(policy.parameters(), lr=cfg.lr)
+    opt = engine.Adam(policy.parameters(), lr=cfg.lr)
     losses = []
-    with torch_threads(cfg.threads):
+    with engine.torch_threads(cfg.threads):
         for step in range(cfg.steps):
-            opt.lr = cfg.lr * cosine_factor(step, cfg.steps)
+            opt.param_groups[0]["lr"] = cfg.lr * cosine_factor(step, cfg.steps)
             idx = torch.randint(tokens.shape[0], (cfg.batch_size,), generator=gen)
             batch_tokens, batch_mask = tokens[idx], mask[idx]
             T = int(batch_mask.any(0).nonzero().max()) + 1               # trim trailing padding
@@ -152,6 +151,7 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
 
 def build_rl_base(demo_cfg=DemoConfig(), sft_cfg=SFTConfig(), progress=False):
     """The RL base agent from nothing: a fresh policy trained on fresh demonstrations."""
+    engine.start()                    # the pinned arithmetic, before torch computes anything
     tokens, mask = make_demonstrations(demo_cfg)
     policy = Policy(seed=sft_cfg.seed)
     sft(policy, tokens, mask, sft_cfg, progress=progress)

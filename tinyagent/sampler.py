@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import kvcache
+from . import engine
 from .checks import all_finite, instance, temperature as check_temperature, token_ids
 from .gym import MAX_EPISODE_TOKENS, Episode, Task, call_ended
 from .policy import Policy
@@ -80,9 +80,10 @@ def rollout(policy, tasks, gen, temperature=1.0):
     for task in tasks:
         instance("each task", task, Task)
     episodes = [Episode.start(task, gen) for task in tasks]
-    # Inference mode: no autograd bookkeeping for the ~70 small operators of every position.
-    with torch.inference_mode(), policy.fixed_weights():
-        rows, sampled_at = _decode(policy, episodes, gen, temperature)
+    # Inference mode: no autograd bookkeeping for the ~70 small operators of every position; one
+    # torch thread, as in training (`train_rl`).
+    with torch.inference_mode(), engine.torch_threads(1):
+        rows, sampled_at = _decode(engine.Decoder(policy), episodes, gen, temperature)
     check_complete(episodes, policy.cfg.block_size)
     # Packed through numpy, which copies a list into an array row ten times faster than
     # torch.tensor reads nested lists.
@@ -102,19 +103,19 @@ def rollout(policy, tasks, gen, temperature=1.0):
     return Rollout(tokens, policy_mask, logp, rewards, episodes, temperature)
 
 
-def _decode(policy, episodes, gen, temperature):
+def _decode(decoder, episodes, gen, temperature):
     """The episodes played to their end: each one's tokens (a list per episode) and the
     (position, log-prob) of every token the policy sampled."""
-    B, max_len = len(episodes), policy.cfg.block_size
+    B, max_len = len(episodes), decoder.policy.cfg.block_size
     rows = [ep.prompt() for ep in episodes]               # each episode's tokens so far
     P = len(rows[0])                                      # every prompt has the same length
     queues = [deque() for _ in episodes]                  # observation tokens still to feed
     calls = [[] for _ in episodes]                        # the call being written
     sampled_at = [[] for _ in episodes]                   # (position, log-prob) of policy tokens
-    cache = policy.new_cache(B)
+    cache = decoder.new_cache(B)
     for _ in range(P - 1):                                # prompt positions: nothing to sample
         draw_uniforms(B, gen)
-    logits = policy.prefill(torch.tensor(rows), cache)                     # (B, V)
+    logits = decoder.prefill(torch.tensor(rows), cache)                     # (B, V)
     check_logits(logits, P)                           # in the policy's precision: a cheaper sum
     logits = logits.double()
     running = list(range(B))                              # episodes still in the batch
@@ -141,12 +142,12 @@ def _decode(policy, episodes, gen, temperature):
             break
         if len(keep) < len(running):                      # drop finished episodes' cache rows
             running = [running[j] for j in keep]
-            cache = kvcache.compact(cache, keep, pos + 1)    # positions 0 .. pos are filled
+            cache = decoder.compact(cache, keep, pos + 1)    # positions 0 .. pos are filled
         current = torch.tensor([rows[i][pos + 1] for i in running])
         # Logits only where the policy samples next: an observation token fed in needs none.
         heads = [j for j, i in enumerate(running) if not queues[i]]
         sampling = [running[j] for j in heads]
-        logits = policy.step(current, pos + 1, cache, heads if len(heads) < len(running) else None)
+        logits = decoder.step(current, pos + 1, cache, heads if len(heads) < len(running) else None)
         check_logits(logits, pos + 2)                                          # (len(heads), V)
         logits = logits.double()
     return rows, sampled_at
@@ -169,7 +170,7 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
         raise TypeError(f"mask must be a bool tensor (True at the positions to compute), got "
                         f"{getattr(mask, 'dtype', type(mask).__name__)}")
     if mask is None:
-        log_dist = F.log_softmax(policy(tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
+        log_dist = F.log_softmax(engine.logits(policy, tokens[:, :-1]) / temperature, dim=-1)   # (B, T-1, V)
         logp = log_dist.gather(-1, tokens[:, 1:, None])[..., 0]                 # (B, T-1)
         return F.pad(logp, (1, 0)), F.pad(log_dist, (0, 0, 1, 0))
     if mask.shape != tokens.shape or mask[:, 0].any():
@@ -183,10 +184,10 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     for rows in ends.argsort(stable=True).split(group_rows):
         width = int(ends[rows].max())
         keep = predicted[rows, :width]                                         # (b, width)
-        features.append(policy.features(tokens[rows, :width], keep=keep))      # (n, C)
+        features.append(engine.features(policy, tokens[rows, :width], keep))      # (n, C)
         slots.append(slot[rows, :width][keep])
     features = torch.cat(features)[torch.cat(slots).argsort()]                 # (N, C)
-    log_dist = F.log_softmax(policy.head(features) / temperature, dim=-1)      # (N, V)
+    log_dist = F.log_softmax(engine.head(policy, features) / temperature, dim=-1)      # (N, V)
     picked = log_dist.gather(-1, tokens[:, 1:][predicted][:, None])[:, 0]      # (N,)
     logp = torch.zeros(tokens.shape, dtype=log_dist.dtype).masked_scatter(mask, picked)  # (B, T)
     return logp, log_dist

@@ -11,7 +11,7 @@ import torch
 
 from tinyagent.harness.fingerprint import matches
 from tinyagent.evaluation import evaluate
-from tinyagent.policy import load_rl_base
+from tinyagent.checkpoint import load_rl_base
 from tinyagent.regularize import RegularizedConfig, train_regularized
 
 SETTINGS = {"default": {},

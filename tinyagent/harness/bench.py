@@ -1,26 +1,29 @@
 """`make bench`: how fast TinyAgent trains on this machine (a benchmark, not a test).
 
-    python -m tinyagent.harness.bench                # this code, then 26560f8 side by side, the ratio
-    python -m tinyagent.harness.bench --against REV  # another revision as the baseline (needs git)
-    python -m tinyagent.harness.bench --rounds 8     # more alternations: a steadier ratio
+    python -m tinyagent.harness.bench                      this code, both engines
+    python -m tinyagent.harness.bench --against REV        and REV side by side, the ratio
+    python -m tinyagent.harness.bench --write FILE.md      the report also written to FILE.md
+    make bench [AGAINST=REV]                               the same, written to docs/performance.md
 
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
-attempts), on the one torch thread the pinned arithmetic trains on, and two such runs side by
-side in two worker processes (how the notebooks compute their runs, one per core). Then a
-profile of a few one-thread steps splits a step into sampling and updating, and the operator time
-by what the operators compute: where the time goes. The same steps timed without the profiler
-(whose cost per operator inflates them) are set against their floor: their matrix products'
-floating-point operations at the pinned sgemm's rate (MKL's, which computed them before matmul.c)
-and at the kernel's own, on one of the policy's largest products. Last, the same run +
-evaluation of a baseline
-revision, checked out into a scratch git worktree and timed alternately with this code's in one
-sitting, so that the ratio compares like with like. The arithmetic is the pinned one
-(arithmetic.py) unless the environment says otherwise.
+attempts), on the one torch thread a run trains on, and two such runs side by side in two worker
+processes (how the notebooks compute their runs, one per core). Then a profile of a few steps
+splits a step into sampling and updating, and the operator time by what the operators compute.
+The same steps timed without the profiler (whose cost per operator inflates them) are set against
+their floor: their matrix products' floating-point operations at the pinned sgemm's rate (MKL's)
+and at the engine's kernel's own, on one of the policy's largest products. Then the same run +
+evaluation in fresh processes: with the engine's kernels, with the plain PyTorch modules
+(`TINYAGENT_ENGINE=torch`), and, with `--against`, a revision checked out into a scratch git
+worktree and timed alternately with this code in one sitting, so that the ratio compares like with
+like. Last, three steps from a plain script that knows nothing of the harness (no pins in its
+environment, no thread count set) against the same in a pinned process. The arithmetic is the
+pinned one (engine/arithmetic.py) unless the environment says otherwise.
 """
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -33,16 +36,18 @@ from multiprocessing import get_context
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .. import matmul
-from ..arithmetic import PINS, mkl_branch
+from .. import engine
+from ..engine import matmul
+from ..engine.arithmetic import PINS, mkl_branch
 from .cache import ROOT
+from .doctor import cpu_model
 from .fingerprint import matches
-from ..evaluate import evaluate
+from ..files import write_atomically
+from ..evaluation import evaluate
 from ..grpo import RLConfig, frozen_copy, train_rl
-from ..policy import load_rl_base
+from ..checkpoint import load_rl_base
 
 STEPS = 40
-BASELINE = "26560f8"     # the last code whose products ran MKL (before tinyagent/matmul.c)
 
 
 def timed_run(seed=0, steps=STEPS):
@@ -135,11 +140,12 @@ TIMED = ("import json, time, torch; torch.set_num_threads(1)\n"
          "print(json.dumps(run))")
 
 
-def timed_revision(tree):
+def timed_revision(tree, engine="kernels"):
     """One run + evaluation and SFT_STEPS steps of SFT of the package in `tree` (None: this
-    code), in a fresh pinned process: {"total": s, "warm": s, "sft": s, ...}, "warm" a second
-    run + evaluation in the same process (the first pays one-time costs, such as imports)."""
-    env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1"}
+    code), in a fresh pinned process computing with `engine`: {"total": s, "warm": s, "sft": s,
+    ...}, "warm" a second run + evaluation in the same process (the first pays one-time costs,
+    such as imports)."""
+    env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1", "TINYAGENT_ENGINE": engine}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
     # A revision older than the harness folder kept its bench in tinyagent/bench.py; named
@@ -155,9 +161,9 @@ def timed_revision(tree):
 
 def build_kernels(tree):
     """Compile the C kernels of the revision checked out in `tree` beside its sources (one that
-    has them: tinyagent/matmul.c onwards), as `pip install -e .` would, so that its package runs
-    from PYTHONPATH with its own kernels and not this code's."""
-    if not (tree / "tinyagent" / "matmul.c").exists():
+    has them), as `pip install -e .` would, so that its package runs from PYTHONPATH with its own
+    kernels and not this code's."""
+    if not any((tree / "tinyagent" / where / "matmul.c").exists() for where in (".", "engine/c")):
         return
     done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
                           capture_output=True, text=True)
@@ -195,51 +201,115 @@ def side_by_side(seeds=(0, 1)):
     return time.perf_counter() - start
 
 
+PLAIN_STEPS = 3
+PLAIN_SCRIPT = ("import time\n"
+                "from tinyagent import RLConfig, load_rl_base, train_rl\n"
+                "policy = load_rl_base()\n"
+                "start = time.perf_counter()\n"
+                f"train_rl(policy, RLConfig(), steps={PLAIN_STEPS})\n"
+                "print(time.perf_counter() - start)")
+# What a plain script's process does not inherit from make: the pins, the thread counts, ours.
+NOT_INHERITED = (*PINS, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TINYAGENT_ENGINE",
+                 "TINYAGENT_PROGRESS")
+
+
+def plain_script(pinned, rounds=3):
+    """Seconds of PLAIN_STEPS steps of `train_rl` in a fresh process: a reader's plain script,
+    whose environment has none of make's settings (`pinned` False), or a process started with the
+    pins and one thread, as make starts the notebooks' (`pinned` True). Best of `rounds`."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    if pinned:
+        env.update(PINS, OMP_NUM_THREADS="1")
+    times = []
+    for _ in range(rounds):
+        done = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT], env=env, cwd=ROOT,
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the plain script failed:\n{done.stderr[-2000:]}")
+        times.append(float(done.stdout.split()[-1]))
+    return min(times)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[2].replace("\n", " "))
-    parser.add_argument("--against", default=BASELINE, metavar="REV",
-                        help=f"the git revision to time side by side (default {BASELINE})")
+    parser.add_argument("--against", metavar="REV",
+                        help="a git revision to time side by side with this code (any hash "
+                             "that `git log` lists)")
     parser.add_argument("--rounds", type=int, default=4, metavar="N",
                         help="alternations of this code and the baseline; the best of each is "
                              "compared (default 4)")
+    parser.add_argument("--write", metavar="FILE.md",
+                        help="also write the report to FILE.md (make bench: docs/performance.md)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be a positive number of alternations, got {args.rounds}")
+    if args.write is not None and not args.write.endswith(".md"):
+        parser.error(f"--write takes a Markdown file's path, ending in .md; got {args.write!r}")
+    if args.against is not None:
+        known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
+                                f"{args.against}^{{commit}}"], capture_output=True, text=True)
+        if known.returncode != 0:
+            parser.error(f"--against {args.against!r} is not a commit of this repository "
+                         f"(any hash that `git log` lists)")
+    lines = []
+
+    def say(line):
+        print(line, flush=True)
+        lines.append(line)
+
     torch.set_num_threads(1)             # the pinned arithmetic is one thread's
-    known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet",
-                            f"{args.against}^{{commit}}"], capture_output=True, text=True)
-    if known.returncode != 0:
-        parser.error(f"--against {args.against!r} is not a commit of this repository "
-                     f"(try {BASELINE}, or any hash that `git log` lists)")
-    print(f"arithmetic: torch kernels {torch.backends.cpu.get_cpu_capability()}, MKL branch "
-          f"{mkl_branch()}, fingerprint {'the pinned one' if matches() else 'NOT the pinned one'}; "
-          f"policy in {load_rl_base().head.weight.dtype}")
-    print(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
+    say(f"machine: {platform.machine()}, {cpu_model()[0]}; Python {platform.python_version()}, "
+        f"torch {torch.__version__}")
+    say(f"arithmetic: torch kernels {torch.backends.cpu.get_cpu_capability()}, MKL branch "
+        f"{mkl_branch()}, fingerprint {'the pinned one' if matches() else 'NOT the pinned one'}; "
+        f"engine {engine.in_force()}")
+    say(f"{STEPS}-step run of Chapter 9's default + held-out evaluation (160 episodes)")
     r = timed_run()
-    print(f"  one run: {r['total']:5.1f} s (training {r['training']:5.1f} s, evaluation "
-          f"{r['evaluation']:.2f} s)")
+    say(f"  one run: {r['total']:5.1f} s (training {r['training']:5.1f} s, evaluation "
+        f"{r['evaluation']:.2f} s)")
     both = side_by_side()
-    print(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
-          f"{both / 2:5.1f} s a run")
+    say(f"two runs side by side in two worker processes (one thread each): {both:5.1f} s, "
+        f"{both / 2:5.1f} s a run")
     phases, shares = step_profile()
     step = phases["step"]
-    print(f"a step: {step:.3f} s (under the profiler " + ", ".join(
+    say(f"a step: {step:.3f} s (under the profiler " + ", ".join(
         f"{phase} {phases.get(phase, 0):.3f} s" for phase in PHASES) + ")")
-    print("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
-    # Two floors: the issue's, the products at the pinned sgemm's rate (what they ran on before
-    # matmul.c), and a stricter one, at the rate of the kernel that now computes them.
+    say("  operator time: " + " | ".join(f"{group} {share:.0%}" for group, share in shares.items()))
     for what, multiply in (("the pinned sgemm's (MKL)", torch.matmul), ("the kernel's", None)):
         rate = kernel_rate(multiply)
         floor = phases["matmul GFLOP"] / rate
-        print(f"  floor at {what} {rate:.0f} GFLOP/s (768x66x198): {phases['matmul GFLOP']:.2f} "
-              f"GFLOP of products a step = {floor:.3f} s; the step is {step / floor:.1f}x it")
-    best = against(args.against, args.rounds)
+        say(f"  floor at {what} {rate:.0f} GFLOP/s (768x66x198): {phases['matmul GFLOP']:.2f} "
+            f"GFLOP of products a step = {floor:.3f} s; the step is {step / floor:.1f}x it")
+    fresh = {name: timed_revision(None, name) for name in ("kernels", "torch")}
     for part, what in (("total", "one run + evaluation in a fresh process"),
                        ("warm", "  the same, second in its process"),
                        ("sft", f"{SFT_STEPS} SFT steps")):
-        ours, theirs = best["this code"][part], best[args.against][part]
-        print(f"{what}, best of {args.rounds} alternated: this code {ours:.2f} s, {args.against} "
-              f"{theirs:.2f} s; ratio {ours / theirs:.3f}")     # the issue's 0.5 needs 3 digits
+        kernels, plain = fresh["kernels"][part], fresh["torch"][part]
+        say(f"{what}: the engine's kernels {kernels:.2f} s, plain PyTorch "
+            f"(TINYAGENT_ENGINE=torch) {plain:.2f} s; the kernels take {kernels / plain:.2f} of it")
+    if args.against is not None:
+        best = against(args.against, args.rounds)
+        for part, what in (("total", "one run + evaluation in a fresh process"),
+                           ("warm", "  the same, second in its process"),
+                           ("sft", f"{SFT_STEPS} SFT steps")):
+            ours, theirs = best["this code"][part], best[args.against][part]
+            say(f"{what}, best of {args.rounds} alternated: this code {ours:.2f} s, "
+                f"{args.against} {theirs:.2f} s; ratio {ours / theirs:.3f}")
+    plain, pinned = plain_script(False), plain_script(True)
+    say(f"{PLAIN_STEPS} steps from a plain script: {plain:.2f} s; in a pinned one-thread process "
+        f"{pinned:.2f} s; ratio {plain / pinned:.2f}")
+    if args.write is not None:
+        write_report(Path(args.write), lines)
+
+
+def write_report(path, lines):
+    """The report as a short Markdown page: what it measures, then its lines as printed."""
+    text = ("# Performance on one machine\n\n"
+            "Written by `make bench` (tinyagent/harness/bench.py, whose docstring says what each line "
+            "times); run it on your machine to replace it. A run is Chapter 9's default "
+            f"configuration for {STEPS} steps from the RL base agent.\n\n```\n"
+            + "\n".join(lines) + "\n```\n")
+    write_atomically(path, text.encode())
 
 
 if __name__ == "__main__":

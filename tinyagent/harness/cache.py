@@ -100,14 +100,15 @@ def source_digest(source):
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
-# The module that loads the compiled extension tinyagent._kernels: its code is also the C that
-# setup.py compiles into it, every .c and .h file of the package.
-KERNELS = "kernels"
+# The module that loads the compiled extension tinyagent.engine._kernels: its code is also the C
+# that setup.py compiles into it, every .c and .h file of tinyagent/engine/c/.
+KERNELS = "engine.kernels"
 
 
 def c_sources():
-    """The package's C files, the extension's sources and header, in a fixed order."""
-    return sorted([*PACKAGE.glob("*.c"), *PACKAGE.glob("*.h")])
+    """The engine's C files, the extension's sources and header, in a fixed order."""
+    c = PACKAGE / "engine" / "c"
+    return sorted([*c.glob("*.c"), *c.glob("*.h")])
 
 
 def code_digest(name):

@@ -13,7 +13,7 @@ count is one per process, and two runs sharing a process would share it.
 """
 from contextlib import contextmanager
 
-from ..arithmetic import PINS
+from ..engine.arithmetic import PINS
 from ..checks import positive_int
 
 

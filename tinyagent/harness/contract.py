@@ -1,8 +1,9 @@
 """Where the stored outputs promise bits, and what `make test` compares elsewhere.
 
-The promise: on x86-64 Linux with AVX2 and FMA, under the pinned torch, every run computes the
-stored bits (Intel or AMD, with or without AVX-512). There a differing fingerprint is a bug and
-`make test` compares everything. Elsewhere (Apple silicon, ARM, another torch) the trained
+The promise: on x86-64 Linux with AVX2 and FMA, under the pinned torch, with the engine's kernels
+computing (tinyagent/engine/), every run computes the stored bits (Intel or AMD, with or without
+AVX-512). There a differing fingerprint is a bug and `make test` compares everything. Elsewhere
+(Apple silicon, ARM, another torch, `TINYAGENT_ENGINE=torch` or no C extension) the trained
 notebooks' digits cannot match: `make test` says so in one line, skips the unit tests that
 compare recorded bits, checks 10.1-10.5 strictly and executes 10.6-10.8 and the exercises to the
 end under nbval's --nbval-lax, which compares only the cells marked `# NBVAL_CHECK_OUTPUT` (those
@@ -21,7 +22,8 @@ import sys
 
 import torch
 
-from ..arithmetic import ATEN_NEEDS, cpu_flags
+from .. import engine
+from ..engine.arithmetic import ATEN_NEEDS, cpu_flags
 from .doctor import pinned_requirements
 
 CHECK = "# NBVAL_CHECK_OUTPUT"
@@ -38,6 +40,9 @@ def promised():
     pinned = pinned_requirements()[0]["torch"]            # pyproject.toml's pin
     if torch.__version__.split("+")[0] != pinned:
         return False, f"torch {torch.__version__} is not the pinned {pinned}"
+    if engine.in_force() != "kernels":
+        return False, (f"the {engine.in_force()} engine computes (TINYAGENT_ENGINE="
+                       f"{engine.requested()}{', the C kernels are not built' if engine.requested() == 'kernels' else ''})")
     return True, None
 
 
@@ -57,8 +62,17 @@ def compared_cells(paths, lax):
     return compared, skipped
 
 
+USAGE = ("usage: python -m tinyagent.harness.contract            (exit 0 where the bits are promised)\n"
+         "       python -m tinyagent.harness.contract --summary NOTEBOOK.ipynb ...")
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = sys.argv[1:] if argv is None else list(argv)
+    unknown = [a for a in argv[1:] if a.startswith("-")] if argv[:1] == ["--summary"] else argv
+    if unknown:
+        print(f"contract: unknown argument {unknown[0]!r}; allowed: none, or --summary followed "
+              f"by notebook paths\n{USAGE}", file=sys.stderr)
+        return 2
     if argv[:1] == ["--summary"]:
         strict = [p for p in argv[1:] if os.path.basename(p) < "10.6"]
         lax = [p for p in argv[1:] if p not in strict]

@@ -5,8 +5,8 @@
 
 It reports the Python, the pinned packages against pyproject.toml's pins, the platform, the pins in
 force, and whether the arithmetic fingerprint (fingerprint.py) matches the stored one, and ends
-with one verdict. The environment it judges is the one a notebook inherits: `import tinyagent`
-puts a pin only where the environment names no value of its own (arithmetic.py), so a value set in
+with one verdict. The environment it judges is the one a notebook inherits: the package puts a
+pin only where the environment names no value of its own (engine/arithmetic.py), so a value set in
 the shell, ONEDNN_MAX_CPU_ISA=SSE41 say, stays in force here as it would in a Jupyter started from
 that shell, and is named as the setting that makes the difference.
 
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from . import fingerprint as fp
 from .cache import ROOT
-from ..arithmetic import PINS, cpu_flags, mkl_branch
-from ..matmul import IMITATE_NO_AVX512, IMITATING_NO_AVX512, use_path
+from .. import engine
+from ..engine.arithmetic import PINS, cpu_flags, is_x86, mkl_branch
 from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
@@ -151,11 +151,21 @@ def _versions():
     model, avx512 = cpu_model()
     lines.append(f"platform  {platform.system()} {platform.machine()}, {model}"
                  + {True: ", AVX-512", False: ", no AVX-512", None: ""}[avx512])
+    lines.append(f"engine    {engine_line()}")
+    return lines, packages_pinned
+
+
+def engine_line():
+    """Which engine computes, and for the kernels, the product kernel's path."""
+    if engine.in_force() == "torch":
+        why = ("TINYAGENT_ENGINE=torch" if engine.requested() == "torch"
+               else "the C kernels are not built: `pip install -e .` with a C compiler")
+        return f"torch ({why}): the plain modules and torch.optim.Adam, this machine's digits"
+    from ..engine.matmul import IMITATE_NO_AVX512, IMITATING_NO_AVX512, use_path
     imitated = (f" ({IMITATE_NO_AVX512} imitates a CPU without AVX-512)"
                 if IMITATING_NO_AVX512 else "")
-    lines.append(f"products  tinyagent/matmul.c on its {use_path('fastest')} path{imitated}; every "
-                 f"path gives the same bits")
-    return lines, packages_pinned
+    return (f"kernels (tinyagent/engine/): products on matmul.c's {use_path('fastest')} "
+            f"path{imitated}; every path gives the same bits")
 
 
 def _arithmetic(in_force):
@@ -207,6 +217,15 @@ def _diagnosis(matches, packages_pinned, cause):
     if not matches:
         part, reaches = fp.first_difference()
         lines.append(f"where     the bits first part in the {part}: {reaches}")
+    if not is_x86():
+        lines.append(f"why       this is an {platform.machine()} machine: the stored outputs are "
+                     f"x86-64's, and no setting changes that (make test compares what does not "
+                     f"depend on the digits)")
+        return lines
+    if engine.in_force() == "torch":
+        lines.append("why       the torch engine computes: the stored outputs are the kernels' "
+                     "(unset TINYAGENT_ENGINE, or build the C extension)")
+        return lines
     if not packages_pinned:
         lines.append("why       the installed packages are not pyproject.toml's pins: make setup")
     if cause:

@@ -23,8 +23,8 @@ import warnings
 
 import torch
 
-from ..adam import Adam
-from ..arithmetic import PINS, torch_threads
+from .. import engine
+from ..engine.arithmetic import PINS, torch_threads
 from ..gym import TRAIN_TASKS
 from ..policy import Policy
 from ..sampler import rollout, token_logprobs
@@ -37,8 +37,8 @@ PARTS = {
                "log-softmax)",
     "backward": "every parameter's gradient (matmul.c's products of gradients, the backward of "
                 "layer norm, softmax, log-softmax, erf and exp, the embeddings' sums)",
-    "optimizer": "one Adam step (adam.py: ATen's lerp, addcmul and division, and the correctly "
-                 "rounded square root)",
+    "optimizer": "one Adam step (engine/adam.py: ATen's lerp, addcmul and division, and the "
+                 "correctly rounded square root)",
 }
 # Recorded under the pins (`python -m tinyagent.harness.fingerprint` prints this process's parts).
 EXPECTED_PARTS = {
@@ -69,6 +69,7 @@ def parts():
     (well under a second)."""
     global _parts
     if _parts is None:
+        engine.start()
         with torch_threads(1), torch.enable_grad():      # callers may sit under no_grad
             _parts = _compute()
     return _parts
@@ -93,7 +94,7 @@ def _compute():
     logp, log_dist = token_logprobs(policy, batch.tokens, mask=batch.policy_mask)
     add("forward", logp, log_dist)
     loss = -(logp.sum() / batch.policy_mask.sum()) + log_dist.exp().mul(log_dist).sum(-1).mean()
-    optimizer = Adam(policy.parameters(), lr=1e-3)
+    optimizer = engine.Adam(policy.parameters(), lr=1e-3)
     loss.backward()
     add("backward", *(p.grad for p in policy.parameters()))
     optimizer.step()
@@ -117,14 +118,19 @@ def first_difference():
 
 
 def mismatch_message():
-    """What differs, where, and what to set, in a few lines."""
+    """What differs, where, and what to set, in a few lines (where nothing differs, one line
+    saying so: a caller may ask before it has checked)."""
     pins = " ".join(f"{name}={value}" for name, value in PINS.items())
     set_here = {name: os.environ[name] for name in OVERRIDES if name in os.environ
                 and os.environ[name] != PINS.get(name)}
     named = (", ".join(f"{name}={value}" for name, value in set_here.items())
              or "none of the known variables differs from the pins (another CPU architecture, "
                 "another torch build, or a library nobody listed)")
-    part, reaches = first_difference()
+    difference = first_difference()
+    if difference is None:
+        return (f"this process's arithmetic fingerprint {fingerprint()[:12]} is the pinned one: "
+                f"its runs compute the stored outputs' bits")
+    part, reaches = difference
     return (f"this process's arithmetic fingerprint {fingerprint()[:12]} is not the pinned one "
             f"{EXPECTED[:12]}: its runs will differ in the digits from the stored outputs "
             f"(compare by the claims tables). The bits first part in the {part} ({reaches}). "
@@ -149,8 +155,9 @@ def check_arithmetic():
 
 
 def use_pinned_arithmetic():
-    """A notebook's set-up line: one torch thread for what follows (the pinned arithmetic is one
-    thread's; the book's functions leave threads to their caller), then `check_arithmetic()`."""
+    """A notebook's set-up line: the engine's start (its pins and one torch thread, the pinned
+    arithmetic being one thread's), then `check_arithmetic()`."""
+    engine.start()
     torch.set_num_threads(1)
     return check_arithmetic()
 
@@ -158,6 +165,9 @@ def use_pinned_arithmetic():
 if __name__ == "__main__":
     import json
     import sys
+    if sys.argv[1:] not in ([], ["--parts"]):
+        sys.exit(f"fingerprint: unknown argument {sys.argv[1]!r}; allowed: none (prints the "
+                 f"fingerprint) or --parts (prints each part's hash)")
     if sys.argv[1:] == ["--parts"]:
         print(json.dumps(parts(), indent=1))
     else:

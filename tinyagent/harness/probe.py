@@ -21,11 +21,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..adam import Adam
-from ..arithmetic import PINS, pin_environment, torch_threads
-from ..gelu import gelu
-from ..policy import CausalSelfAttention
-from ..matmul import linear
+from ..engine.adam import Adam
+from ..engine import start
+from ..engine.arithmetic import PINS, torch_threads
+from ..engine.gelu import gelu
+from ..engine.matmul import linear, matmul, scores
+from ..engine.softmax import softmax
 
 TOKEN_COUNTS = (1, 8, 13, 32, 64, 96, 104, 128, 200, 256, 270, 300, 384, 512, 640, 768, 1024,
                 2048, 3072)
@@ -83,17 +84,23 @@ def _pointwise_cases(rnd, out):
         out[f"cumsum_f64 N={N}"] = _hash(xd.softmax(-1).cumsum(-1))
 
 
+def attend(q, k, v, causal):
+    """softmax(q kᵀ / √hs) v through the engine's kernels, one by one, for q (B, nh, T, hs) and
+    k, v (B, nh, L, hs); `causal` masks the future of a prefix (T = L)."""
+    return matmul(softmax(scores(q, k, causal), causal), v)
+
+
 def _attention_cases(rnd, out):
     """Causal attention forward and backward, and one-token decoding, over batch x length."""
     for B in (8, 32, 64):
         for T in (13, 20, 40, 60, 96):
             q, k, v = rnd(B, H, T, HS), rnd(B, H, T, HS), rnd(B, H, T, HS)
-            y = CausalSelfAttention.attend(q, k, v, causal=True)
+            y = attend(q, k, v, causal=True)
             gq, gk, gv = torch.autograd.grad(y, (q, k, v), rnd(B, H, T, HS))
             out[f"attention_causal_fwd B={B} T={T}"] = _hash(y)
             out[f"attention_causal_bwd B={B} T={T}"] = _hash(gq, gk, gv)
             out[f"attention_decode B={B} T={T}"] = _hash(
-                CausalSelfAttention.attend(rnd(B, H, 1, HS), k, v, causal=False))
+                attend(rnd(B, H, 1, HS), k, v, causal=False))
 
 
 def _adam_and_sampling_cases(rnd, out):
@@ -151,7 +158,7 @@ def differences(mine, theirs):
 
 
 if __name__ == "__main__":
-    pin_environment()
+    start()
     with torch_threads(1), torch.enable_grad():
         json.dump({"meta": machine(), "ops": probe()}, sys.stdout, indent=1)
     print()

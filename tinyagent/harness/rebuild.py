@@ -17,8 +17,8 @@ from .cache import ROOT
 from .fingerprint import check_arithmetic
 from ..gym import HELDOUT_TASKS
 from ..kl import entropy
-from ..policy import (RL_BASE_CHECKPOINT as CHECKPOINT, is_shipped_checkpoint, load_policy,
-                      save_policy)
+from ..checkpoint import (RL_BASE_CHECKPOINT as CHECKPOINT, check_writable, is_shipped_checkpoint,
+                          load_policy, save_policy)
 from ..pretrain import build_rl_base
 from ..sampler import token_logprobs
 
@@ -98,6 +98,10 @@ def main(argv=None):
         parser.error(f"--out must end in .pt (its checksum goes beside it), got {args.out}")
     if args.attempts < 2:
         parser.error(f"--attempts must be at least 2 (for a standard error), got {args.attempts}")
+    try:                             # refused now, not by save_policy after the SFT's minutes
+        check_writable(out, replace_shipped=is_shipped)
+    except ValueError as err:
+        parser.error(f"--out {args.out}: {err}")
 
     check_arithmetic()
     shipped_bytes = CHECKPOINT.read_bytes() if CHECKPOINT.exists() else None

@@ -23,13 +23,13 @@ from multiprocessing import get_context
 import torch
 from tqdm.auto import tqdm
 
-from ..arithmetic import pinned_environment, torch_threads
+from ..engine.arithmetic import pinned_environment, torch_threads
 from .cache import PACKAGE, cached, code_digest, lookup
 from ..checks import env_flag, env_path, env_positive_int, instance, positive_int
 from ..evaluation import evaluate
 from .fingerprint import check_arithmetic, fingerprint, matches, mismatch_message
 from ..grpo import TrainingState, frozen_copy
-from ..policy import RL_BASE_CHECKPOINT, load_policy, load_rl_base
+from ..checkpoint import RL_BASE_CHECKPOINT, load_policy, load_rl_base
 from ..regularize import RegularizedConfig, train_regularized
 
 # TINYAGENT_RUNS="" counts as unset: an empty path would put the cache in the current directory.

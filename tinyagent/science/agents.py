@@ -5,12 +5,12 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from ..arithmetic import pinned_environment
+from ..engine.arithmetic import pinned_environment
 from ..files import write_atomically
 from ..harness.fingerprint import check_arithmetic
 from ..harness.rebuild import held_out_behaviour
 from ..harness.runs import PACKAGE, SHIPPED_AGENT, load_agent
-from ..policy import RL_BASE_CHECKPOINT, load_policy, save_policy
+from ..checkpoint import RL_BASE_CHECKPOINT, load_policy, save_policy
 from ..pretrain import DemoConfig, SFTConfig, build_rl_base
 
 PLAN = PACKAGE / "data" / "study_plan.json"      # the declared design and rule of the fresh draw

@@ -11,10 +11,10 @@ import math
 import pandas as pd
 import torch
 
-from ..adam import Adam
+from ..engine import Adam
 from ..grpo import compute_advantages, reference_logprobs, sample_step
 from ..kl import entropy
-from ..policy import load_rl_base
+from ..checkpoint import load_rl_base
 from ..regularize import RegularizedConfig, regularized_update
 from ..sampler import token_logprobs
 from ..vocab import ID

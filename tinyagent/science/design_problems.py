@@ -14,7 +14,7 @@ import torch
 from ..grpo import RLConfig, sample_step
 from ..harness.runs import policy_from_state
 from ..kl import kl_penalty
-from ..policy import load_rl_base
+from ..checkpoint import load_rl_base
 from ..sampler import token_logprobs
 from .book import SECTION_10_7, SECTION_10_8
 from .claims import entropy_at, mean_kl, reset_value, series

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from .. import engine
 from ..checks import int_in
 from ..evaluation import ATTEMPTS, EVAL_SEED
 from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS, Episode,
@@ -94,15 +95,16 @@ def first_call_distribution(policy, episodes):
     do (`read` and `cat` alike, a name by its role in the task) gives the decision the reward
     sees; its KL is a lower bound on the KL between the two policies' whole first calls."""
     P, L = len(episodes), len(episodes[0].prompt())          # every prompt has the same length
-    cache = policy.new_cache(P, L + 3)
+    decoder = engine.Decoder(policy)
+    cache = decoder.new_cache(P, L + 3)
     prompts = torch.tensor([e.prompt() for e in episodes])                     # (P, L)
-    opened = F.log_softmax(policy.prefill(prompts, cache), -1)[:, CALL]        # (P,)
-    verb_logp = F.log_softmax(policy.step(torch.full((P,), CALL), L, cache), -1)   # (P, V)
+    opened = F.log_softmax(decoder.prefill(prompts, cache), -1)[:, CALL]        # (P,)
+    verb_logp = F.log_softmax(decoder.step(torch.full((P,), CALL), L, cache), -1)   # (P, V)
     probs = torch.zeros(P, len(DECISIONS), dtype=torch.float64)
     for verb in _VERBS:
         branch = _copy_rows(cache, torch.arange(P))
         so_far = opened + verb_logp[:, ID[verb]]                                # (P,)
-        after_verb = F.log_softmax(policy.step(torch.full((P,), ID[verb]), L + 1, branch), -1)
+        after_verb = F.log_softmax(decoder.step(torch.full((P,), ID[verb]), L + 1, branch), -1)
         if verb in _NO_ARGUMENT:                                  # `<call> verb </call>`
             probs[:, DECISIONS.index(_decision(episodes[0], ID[verb]))] += (
                 so_far + after_verb[:, END_CALL]).exp()
@@ -112,7 +114,7 @@ def first_call_distribution(policy, episodes):
         rows = torch.arange(P).repeat_interleave(arguments.shape[1])           # (P * A,)
         so_far = (so_far[:, None] + after_verb.gather(1, arguments)).reshape(-1)   # (P * A,)
         args = arguments.reshape(-1)                                           # (P * A,)
-        closed = F.log_softmax(policy.step(args, L + 2, _copy_rows(branch, rows)), -1)
+        closed = F.log_softmax(decoder.step(args, L + 2, _copy_rows(branch, rows)), -1)
         for p, arg, value in zip(rows.tolist(), args.tolist(),
                                  (so_far + closed[:, END_CALL]).exp().tolist()):
             probs[p, DECISIONS.index(_decision(episodes[p], ID[verb], arg))] += value

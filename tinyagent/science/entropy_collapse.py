@@ -16,7 +16,7 @@ import torch
 
 from ..grpo import RLConfig, compute_advantages, train_rl
 from ..kl import entropy
-from ..policy import load_rl_base
+from ..checkpoint import load_rl_base
 from ..regularize import RegularizedConfig, train_regularized
 from ..sampler import token_logprobs
 from ..vocab import ID, WORDS, decode

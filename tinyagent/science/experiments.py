@@ -3,7 +3,7 @@ asks the run cache for the same runs (and finds the ones another notebook comput
 from dataclasses import replace
 
 from ..regularize import RegularizedConfig
-from ..policy import load_rl_base
+from ..checkpoint import load_rl_base
 from ..harness.runs import policy_from_state, regularized_runs
 
 STEPS = 40                  # the chapter's runs are 40 steps long

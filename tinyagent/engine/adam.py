@@ -36,8 +36,9 @@ def torch_step(p, g, m, v, beta1, beta2, bias2, eps, step):
 class Adam:
     """Adam (Kingma and Ba), without weight decay or AMSGrad: the optimizer of every run. A plain
     class, not a torch.optim.Optimizer: the step is the same, but constructing an Optimizer
-    imports torch._dynamo, about a second at the start of every process that trains. `lr` may be
-    changed between steps (SFT's cosine schedule)."""
+    imports torch._dynamo, about a second at the start of every process that trains. Like
+    torch's, it keeps its settings in `param_groups` (one group), whose "lr" may be changed
+    between steps (SFT's cosine schedule)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         betas = tuple(betas)
@@ -47,7 +48,7 @@ class Adam:
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got no parameters to optimize")
-        self.lr, self.betas, self.eps = lr, betas, eps
+        self.param_groups = [{"params": self.params, "lr": lr, "betas": betas, "eps": eps}]
         self.state = {}                  # parameter index -> its step count and two moments
 
     def zero_grad(self):
@@ -58,7 +59,8 @@ class Adam:
     @torch.no_grad()
     def step(self):
         """One update of every parameter that has a gradient."""
-        lr, (beta1, beta2), eps = self.lr, self.betas, self.eps
+        group = self.param_groups[0]
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -78,7 +80,9 @@ class Adam:
 
     def state_dict(self):
         """The settings and every parameter's state (the tensors themselves, not copies)."""
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps, "state": self.state}
+        group = self.param_groups[0]
+        return {"lr": group["lr"], "betas": group["betas"], "eps": group["eps"],
+                "state": self.state}
 
     def load_state_dict(self, saved):
         """Continue from `state_dict()`'s output, for the same parameters: copies, so that the
@@ -87,6 +91,6 @@ class Adam:
         if any(shapes.get(i) != tuple(s["exp_avg"].shape) for i, s in saved["state"].items()):
             raise ValueError(f"the saved Adam state is for other parameters: its shapes do not "
                              f"match these {len(self.params)} parameters'")
-        self.lr, self.betas, self.eps = saved["lr"], tuple(saved["betas"]), saved["eps"]
+        self.param_groups[0].update(lr=saved["lr"], betas=tuple(saved["betas"]), eps=saved["eps"])
         self.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"].clone(),
                           "exp_avg_sq": s["exp_avg_sq"].clone()} for i, s in saved["state"].items()}

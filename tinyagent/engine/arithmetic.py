@@ -8,19 +8,19 @@ the same bits on any CPU), Adam's square root is the correctly rounded one (adam
 remains of a run is chosen by two pins:
 
     library (what of ours runs on it)          pin
-    tinyagent/matmul.c (every float32 matrix    none: the order of summation is the code's,
+    engine/c/matmul.c (every float32 matrix    none: the order of summation is the code's,
       product of the policy, forward and back)    on any number of threads (each element is
                                                   one thread's chain)
-    tinyagent/kvcache.c (the key/value cache's  none: a copy rounds nothing
+    engine/c/kvcache.c (the key/value cache's none: a copy rounds nothing
       stores and moves)
-    tinyagent/gelu.c (GELU's additions and      none: IEEE 754 rounds each alike (compiled
+    engine/c/gelu.c (GELU's additions and     none: IEEE 754 rounds each alike (compiled
       multiplications, forward and back)          without fused multiply-adds)
-    tinyagent/adam.c (Adam's step of a float32  none: IEEE 754 rounds each alike, fused only
+    engine/c/adam.c (Adam's step of a float32 none: IEEE 754 rounds each alike, fused only
       parameter, its square root the CPU's        where the code says; the square root is the
       correctly rounded one)                      correctly rounded one (torch.sqrt calls MKL,
                                                   which rounds it otherwise, and differently on
                                                   Intel and AMD)
-    tinyagent/softmax.c (attention's softmax    none: ATen's AVX2 order and SLEEF's exp written
+    engine/c/softmax.c (attention's softmax   none: ATen's AVX2 order and SLEEF's exp written
       over a prefix, forward)                     out, fused where they fuse
     ATen's vectorized kernels (layer norm,      ATEN_CPU_CAPABILITY=avx2: AVX2 code even where
       one token's softmax, softmax's gradient,    the CPU has AVX-512
@@ -41,13 +41,15 @@ remains of a run is chosen by two pins:
     CPU with AVX2 (they all have FMA).
 
 A list can miss a library, so the arithmetic is also checked by what it computes
-(fingerprint.py). `import tinyagent` sets the variables (unless the environment already says
-otherwise, and then refuses an ATen capability the CPU cannot run), and the run workers of
-`tinyagent.harness.runs` are always started with them. Imports nothing from the package, and
-torch only inside functions, so that it can run before torch computes anything.
+(fingerprint.py). The engine's start (`tinyagent.engine.start`, at the first computation of a run,
+when a checkpoint loads, or called by hand) sets the variables on x86-64 (unless the environment
+already says otherwise, and then refuses an ATen capability the CPU cannot run), and the run
+workers of `tinyagent.harness.runs` are always started with them. Imports torch only inside
+functions, so that it can run before torch computes anything.
 """
 import ctypes
 import os
+import platform
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -83,9 +85,19 @@ def _runnable(value, flags):
     return flags is None or needs is None or needs <= flags
 
 
-def runnable_pins(flags=THIS_CPU):
-    """The pins this CPU can run: all of them, except ATen's AVX2 on an x86 CPU without AVX2 and
-    FMA, where it would stop torch (the stored bits are not promised there, tinyagent.harness.contract)."""
+def is_x86(machine=None):
+    """Whether this machine (or `machine`, as platform.machine() names one) is x86-64: the pins
+    name x86 code and an x86 build of MKL, and mean nothing elsewhere (torch on ARM warns about an
+    ATen capability it does not have, in every process)."""
+    return (platform.machine() if machine is None else machine).lower() in ("x86_64", "amd64")
+
+
+def runnable_pins(flags=THIS_CPU, machine=None):
+    """The pins that apply here and this CPU can run: none off x86-64; there all of them, except
+    ATen's AVX2 on a CPU without AVX2 and FMA, where it would stop torch (the stored bits are not
+    promised there, tinyagent.harness.contract)."""
+    if not is_x86(machine):
+        return {}
     flags = cpu_flags() if flags is THIS_CPU else flags
     return {name: value for name, value in PINS.items()
             if name != "ATEN_CPU_CAPABILITY" or _runnable(value, flags)}
@@ -103,8 +115,8 @@ def check_aten_capability(environ=None, flags=THIS_CPU):
         f"ATEN_CPU_CAPABILITY={value} asks torch for code this CPU cannot run (it lacks "
         f"{', '.join(sorted(ATEN_NEEDS[value.strip().lower()] - flags))}): torch would stop on an "
         f"illegal instruction, without a message. Allowed on this CPU: {', '.join(allowed)} "
-        f"(the pin is {PINS['ATEN_CPU_CAPABILITY']}); or leave it unset, and `import tinyagent` "
-        f"sets the pin")
+        f"(the pin is {PINS['ATEN_CPU_CAPABILITY']}); or leave it unset, and the engine sets "
+        f"the pin")
 
 
 def pin_environment():
@@ -134,8 +146,11 @@ def pinned_environment():
 
 @contextmanager
 def torch_threads(n):
-    """Run the body on `n` torch threads, then give the caller back its own count."""
+    """Run the body on `n` torch threads, then give the caller back its own count (the engine's
+    start, `tinyagent.engine.start`, comes first, so that it does not reset them inside)."""
     import torch
+    from . import start
+    start()
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

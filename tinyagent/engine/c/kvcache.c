@@ -6,7 +6,7 @@
    through strides that torch's generic copy walks slowly, and with the views that select q, k
    and v it is a dozen operators a layer for every token a rollout samples. Here it is one loop;
    a copy rounds nothing, so the bits are those of the assignments. Built by `pip install -e .`
-   (setup.py) into tinyagent._kernels, which tinyagent/policy.py calls through bindings.c. */
+   (setup.py) into tinyagent.engine._kernels, which tinyagent/engine/kvcache.py calls through bindings.c. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

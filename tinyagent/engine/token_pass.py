@@ -1,15 +1,14 @@
-"""A rollout's one-token passes as a short list of kernel calls (`Policy.step` while
-`Policy.fixed_weights` holds the weights' rows).
+"""The policy's one-token pass of a rollout (`Policy.step` without a gradient) as a short list of
+kernel calls.
 
-Through the modules, a one-token pass of the two-layer policy makes about 410 function calls as
-cProfile counts them (module dispatch, `linear`'s checks, `_bmm` reading shapes and strides,
-views), and a rollout makes about 36 such passes a step, so that for a batch of one episode the
-calls cost more than the arithmetic. This pass makes about 160: it calls the same kernels, on the
-same operands, in the same order: the embedding's addition, layer norm, the products with their
-bias (the weights' rows and biases read once, when the weights are fixed), the key/value store
-and one token's attention (kvcache.py), GELU's passes (gelu.c, with torch's erf), the residual
-additions, and the head on the rows that sample. Each is the operator the modules would call, so
-the bits are theirs (tests/test_decode.py); what is gone is the work around them.
+Through modules, a one-token pass of the two-layer policy makes about 410 function calls (module
+dispatch, argument checks, views), and a rollout makes about 36 such passes a step, so that for a
+batch of one episode the calls cost more than the arithmetic. This pass makes about 160: the
+embedding's addition, layer norm, the products with their bias (the weights' rows and biases read
+once per set of weights), the key/value store and one token's attention (kvcache.py), GELU's
+passes (c/gelu.c, with torch's erf), the residual additions, and the head on the rows that sample:
+the operators of `Policy.step`, on the same operands in the same order, so the bits are those of
+the same kernels called one by one (tests/test_token_pass.py).
 """
 import torch
 import torch.nn.functional as F
@@ -20,28 +19,24 @@ from .matmul import _lib as _matmul
 
 
 class OneTokenPass:
-    """`Policy.step` for a float32 policy whose weights are fixed (`fixed_weights` builds it),
-    on a float32 cache, without a gradient to record."""
+    """`Policy.step` for a policy the kernels compute (`weights.Weights` builds it, and drops it
+    when a weight changes), on a float32 cache, without a gradient to record."""
 
-    def __init__(self, policy):
+    def __init__(self, policy, weights):
         self.C = policy.cfg.n_embd
         self.wte, self.wpe = policy.wte.weight.detach(), policy.wpe.weight.detach()
-        self.rows = []                        # the copies the addresses point into, kept alive
+        self.rows = []                        # what the addresses point into, kept alive
 
         def norm(ln):                         # F.layer_norm's arguments after the shape
             return ln.weight.detach(), ln.bias.detach(), ln.eps
 
         def product(layer):                   # (rows' address, bias's address, N, K)
-            self.rows.append(layer.rows)
-            return (layer.rows.data_ptr(), layer.bias.data_ptr(), *layer.rows.shape[::-1])
+            rows = weights.rows[layer]
+            self.rows += [rows, layer.bias]
+            return (rows.data_ptr(), layer.bias.data_ptr(), *rows.shape[::-1])
         self.layers = [(norm(b.ln_1), product(b.attn.qkv), product(b.attn.proj), norm(b.ln_2),
                         product(b.mlp.fc), product(b.mlp.proj)) for b in policy.blocks]
         self.ln_f, self.head = norm(policy.ln_f), product(policy.head)
-
-    @staticmethod
-    def applies(cache):
-        """Whether this pass computes the step: no gradient to record, a float32 cache."""
-        return not torch.is_grad_enabled() and kvcache.in_place(cache)
 
     @staticmethod
     def _linear(x, weights):

@@ -13,7 +13,7 @@
    ATen fuses the two multiply-adds marked fma (its compiler contracts them); the file is built
    with -ffp-contract=off, so that no other multiply and add fuse. tests/test_adam.py compares the
    bits with the torch operators, on the parameters' shapes. Built by `pip install -e .` (setup.py)
-   into tinyagent._kernels, which tinyagent/adam.py calls through bindings.c. */
+   into tinyagent.engine._kernels, which tinyagent/engine/adam.py calls through bindings.c. */
 #include <math.h>
 #include <stddef.h>
 

@@ -10,7 +10,7 @@
    times 1 / sum. A masked entry adds an exact 0 to its lane's sum and cannot raise a maximum, so
    the vectors that hold only masked entries are skipped and their outputs written as 0, the value
    torch computes for them. tests/test_softmax.py compares the bits with torch's. Built by
-   `pip install -e .` (setup.py) into tinyagent._kernels, which tinyagent/softmax.py calls through
+   `pip install -e .` (setup.py) into tinyagent.engine._kernels, which tinyagent/engine/softmax.py calls through
    bindings.c. */
 #include <stddef.h>
 #include <stdint.h>

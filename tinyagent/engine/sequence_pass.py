@@ -1,18 +1,16 @@
-"""A pass over whole sequences (`Policy.features`: training's, the reference's, SFT's, and a
-rollout's prompts into the cache) as a short list of kernel calls, with its gradient written out.
+"""The policy's pass over whole sequences (training's, the reference's, SFT's, and a rollout's
+prompt into the cache) as a short list of kernel calls, with its gradient written out.
 
-Through the modules, one group's training pass records about 50 autograd nodes, 16 of them
-Python functions (the products, the causal softmax, GELU) that the engine calls back with the
-interpreter's lock, and a step makes 8 such passes and 8 more for the reference. Here the forward
-calls the same kernels on the same operands in the same order (the embeddings' sum, layer norm,
-the products with their bias, attention's scores, softmax and values, GELU, the residual sums),
-and one autograd node, `_SequencePass`, holds what the backward needs. Its backward calls what
-autograd would call for each of them, in the order the engine would (the gradients of a
-parameter reach it once per pass, as before), so every gradient has autograd's bits
-(tests/test_sequence.py); what is gone is the bookkeeping around them. The modules stay the
-definition; this pass is how a float32 policy computes it. Where only some positions' features
-are read (`keep`: a loss's tokens, a prompt's last), the last block computes the others up to
-its attention only, whose keys and values the kept rows read.
+Through modules, one group's training pass records about 50 autograd nodes, 16 of them Python
+functions (the products, the causal softmax, GELU) that autograd calls back under the
+interpreter's lock. Here the forward calls the kernels in the modules' order (the embeddings'
+sum, layer norm, the products with their bias, attention's scores, softmax and values, GELU, the
+residual sums), and one autograd node, `_SequencePass`, holds what the backward needs. Its
+backward calls what autograd would call for each operator, in autograd's order (a parameter's
+gradient reaches it once per pass), so every gradient has the bits of the same kernels called one
+by one (tests/test_sequence_pass.py). Where only some positions' features are read (`keep`: a
+loss's tokens, a prompt's last), the last block computes the others up to its attention only,
+whose keys and values the kept rows read.
 """
 import math
 
@@ -25,24 +23,16 @@ from .matmul import linear_backward, matmul_backward, scores_backward
 from .softmax import softmax, softmax_backward
 
 
-def _rows(layer):
-    """A linear layer's weight transposed, (in, out): its copy in rows while the weights are
-    fixed (`Policy.fixed_weights`), else a view that the kernel copies into rows."""
-    return layer.weight.t() if layer.rows is None else layer.rows
-
-
 def features(policy, idx, weights, keep=None, cache=None):
-    """`policy.features(idx)` (B, T, C) for a float32 policy whose modules are the ones
-    `Policy.plain_weights` vouches for, `weights` being their parameters in the order
-    `_SequencePass` takes them (the two embeddings, each block's 12, the final layer norm's 2).
-    With `keep` (B, T, bool), `policy.features(idx)[keep]` (n, C). With a `cache` (a prompt's
-    pass from position 0, nothing to record), each layer's keys and values are stored in it, as
-    `CausalSelfAttention` stores them. With a gradient to record, one autograd node; without,
-    the forward alone."""
+    """`policy.features(idx)` (B, T, C) for a policy the kernels compute, `weights` its
+    `weights.Weights`. With `keep` (B, T, bool), `policy.features(idx)[keep]` (n, C). With a
+    `cache` (a prompt's pass from position 0, nothing to record), each layer's keys and values are
+    stored in it, as `CausalSelfAttention` stores them. With a gradient to record, one autograd
+    node; without, the forward alone."""
     kept = None if keep is None else _Kept(keep)
-    if cache is None and torch.is_grad_enabled() and any(w.requires_grad for w in weights):
-        return _SequencePass.apply(policy, idx, kept, *weights)
-    return _forward(policy, idx, None, kept, cache)
+    if cache is None and torch.is_grad_enabled() and any(w.requires_grad for w in weights.ordered):
+        return _SequencePass.apply(policy, weights.rows, idx, kept, *weights.ordered)
+    return _forward(policy, weights.rows, idx, None, kept, cache)
 
 
 def _layer_norm(x, ln, saved):
@@ -53,16 +43,17 @@ def _layer_norm(x, ln, saved):
     return out
 
 
-def _linear(x, layer, saved):
-    """`Linear`'s forward: x's rows times the weight's transpose, the bias added by the kernel."""
+def _linear(x, layer, weight_rows, saved):
+    """nn.Linear's forward: x's rows times the weight's transpose (`weight_rows`, copied into
+    rows), the bias added by the kernel."""
     rows = x.reshape(-1, x.shape[-1])
     if saved is not None:
         saved.append(rows)
-    out = matmul._bmm(rows, _rows(layer), bias=layer.bias)
+    out = matmul._bmm(rows, weight_rows[layer], bias=layer.bias)
     return out.view(*x.shape[:-1], layer.weight.shape[0])
 
 
-def _forward(policy, idx, saved, kept=None, cache=None):
+def _forward(policy, rows, idx, saved, kept=None, cache=None):
     """The modules' forward, operator for operator; with `saved` (a list), what the backward
     reads is appended to it, 16 tensors a block and 3 for the final layer norm. With `kept`, the
     last block's attention still runs over every position (its keys and values are read), but
@@ -75,7 +66,7 @@ def _forward(policy, idx, saved, kept=None, cache=None):
     x = F.embedding(idx, policy.wte.weight) + F.embedding(torch.arange(T), policy.wpe.weight)
     for i, block in enumerate(policy.blocks):
         attn = block.attn
-        qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, saved)      # (B, T, 3C)
+        qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, rows, saved)      # (B, T, 3C)
         if cache is not None:
             kvcache.store(qkv, cache[i], 0)
         q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
@@ -85,14 +76,14 @@ def _forward(policy, idx, saved, kept=None, cache=None):
             saved += [q, k, v, p]
         if kept is not None and block is last:
             x, y = kept.take(x), kept.take(y)                                  # (n, C)
-        x = x + _linear(y, attn.proj, saved)
-        h = _linear(_layer_norm(x, block.ln_2, saved), block.mlp.fc, saved)      # (B, T, 4C)
+        x = x + _linear(y, attn.proj, rows, saved)
+        h = _linear(_layer_norm(x, block.ln_2, saved), block.mlp.fc, rows, saved)      # (B, T, 4C)
         if saved is None:
             g = gelu_float32(h, keep_erf=False)
         else:
             g, e = gelu_float32(h)
             saved += [h, e]
-        x = x + _linear(g, block.mlp.proj, saved)
+        x = x + _linear(g, block.mlp.proj, rows, saved)
     return _layer_norm(x, policy.ln_f, saved)
 
 
@@ -136,9 +127,9 @@ def _linear_backward(grad, rows, layer, kept=None):
 
 class _SequencePass(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, policy, idx, kept, *weights):
+    def forward(ctx, policy, rows, idx, kept, *weights):
         saved = []
-        out = _forward(policy, idx, saved, kept)
+        out = _forward(policy, rows, idx, saved, kept)
         ctx.policy, ctx.kept = policy, kept
         ctx.save_for_backward(idx, *saved)     # autograd's checks: no second backward without
         return out                             # retain_graph, no tensor changed in place since
@@ -188,4 +179,4 @@ class _SequencePass(torch.autograd.Function):
             False)
         grad_wte = torch.ops.aten.embedding_dense_backward(dx, idx, policy.wte.weight.shape[0],
                                                            -1, False)
-        return (None, None, None, grad_wte, grad_wpe, *reversed(grads))
+        return (None, None, None, None, grad_wte, grad_wpe, *reversed(grads))

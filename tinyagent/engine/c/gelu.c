@@ -9,7 +9,7 @@
    multiply and add fuse into one rounding: the bits are torch's, which tests/test_gelu.py checks.
    A long tensor is shared between the threads torch is set to use (OpenMP, the runtime torch
    loaded); each element is computed alone, so the bits do not depend on the number of threads.
-   Built by `pip install -e .` (setup.py) into tinyagent._kernels, which tinyagent/gelu.py calls
+   Built by `pip install -e .` (setup.py) into tinyagent.engine._kernels, which tinyagent/engine/gelu.py calls
    through bindings.c. */
 #include <stddef.h>
 

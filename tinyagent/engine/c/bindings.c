@@ -1,5 +1,5 @@
 /* Python's entry points to matmul.c, kvcache.c, gelu.c, adam.c and softmax.c: the module
-   tinyagent._kernels.
+   tinyagent.engine._kernels.
 
    A run calls the matrix kernel about 1,000 times a step, most often on one token's products,
    which take a few microseconds. Through ctypes, which converts tiny_bmm's 19 arguments one by

@@ -29,13 +29,6 @@ def in_place(cache):
     return all(_plain_float32(*pair) for pair in cache)
 
 
-def direct(qkv, cache):
-    """Whether the store and attention run on the cache's memory: float32 without a gradient to
-    record, qkv's rows and the cache contiguous. Otherwise `CausalSelfAttention` computes them on
-    views."""
-    return not (torch.is_grad_enabled() and qkv.requires_grad) and _plain_float32(qkv, *cache)
-
-
 def store(qkv, cache, pos):
     """Store the keys and values of qkv (B, T, 3C), rows [q | k | v] of the tokens at positions
     pos .. pos+T-1, in `cache` = (keys (B, nh, hs, L), values (B, nh, L, hs)), for a pass that

@@ -17,7 +17,7 @@
    A large product is split between threads by rows, or by batch entries (OpenMP, the runtime
    torch itself loaded, so its idle threads are the ones that help); each element is still one
    thread's chain in the same order, so the bits do not depend on the number of threads either.
-   Built by `pip install -e .` (setup.py) into tinyagent._kernels, which tinyagent/matmul.py calls
+   Built by `pip install -e .` (setup.py) into tinyagent.engine._kernels, which tinyagent/engine/matmul.py calls
    through bindings.c. */
 #include <math.h>
 #include <stddef.h>

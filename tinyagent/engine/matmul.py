@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .checks import env_flag
+from ..checks import env_flag
 from .kernels import load
 
 _lib = load("matrix kernel")
