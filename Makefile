@@ -69,7 +69,7 @@ EXECUTE := $(BIN)/jupyter nbconvert --to notebook --execute \
 	--ExecutePreprocessor.store_widget_state=False \
 	--ExecutePreprocessor.record_timing=False
 
-.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain agents study clean
+.PHONY: setup doctor figures notebooks test unit bench lab chapter9 pretrain agents study draw3 clean
 
 setup: $(STAMP)
 
@@ -163,6 +163,12 @@ agents: $(STAMP)
 
 study: $(STAMP)
 	TINYAGENT_PROGRESS=1 $(BIN)/python -m tinyagent.science.study $(if $(CLUSTER),--cluster $(call quote,$(CLUSTER)))
+
+# The third draw (tinyagent/science/draw3.py, declared in tinyagent/data/study_plan_v2.json): twelve
+# new base agents (agent_8, ...; one outside the regime bands is replaced by the next seed), each with
+# its 9 settings x 20 seeds, one agent or run at a time on one core; resumable: run it again.
+draw3: $(STAMP)
+	$(BIN)/python -m tinyagent.science.draw3
 
 # Rebuild the RL base agent into .cache/pretrain/ and compare it with the shipped one
 # (SFT sets its own thread count); python -m tinyagent.harness.rebuild --replace overwrites it.

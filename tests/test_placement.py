@@ -33,3 +33,16 @@ def test_odd_arguments_are_refused_naming_what_is_allowed(book, kwargs, says):
 def test_columns_by_agent_gathers_each_column_over_an_agents_seeds():
     summaries = {"a": [{"none": {"pass@1": 0.1, "reads": 1.0}}, {"none": {"pass@1": 0.3, "reads": 2.0}}]}
     assert columns_by_agent(summaries, ["none"], ["pass@1"]) == {"a": {"none": {"pass@1": [0.1, 0.3]}}}
+
+
+@pytest.mark.parametrize("ours, words", [
+    ({}, ["holds no agent"]),
+    ({"a": {"kl": {"pass@1": [0.5]}}}, ["setting 'none'", "agent 'a'", "'kl'"]),
+    ({"a": {"none": {"reads": [0.5]}}}, ["column 'pass@1'", "agent 'a'", "'reads'"]),
+    ({"a": {"none": {"pass@1": []}}}, ["no runs", "empty"]),
+    ({"a": {"none": {"pass@1": [0.5, float("nan")]}}}, ["holds NaN"]),
+])
+def test_our_runs_missing_empty_or_nan_are_refused_naming_which(ours, words):
+    with pytest.raises(ValueError) as info:
+        book_in_distribution({"none": {"pass@1": 0.5}}, ours, ["pass@1"])
+    assert all(w in str(info.value) for w in words), str(info.value)

@@ -197,3 +197,168 @@ def test_the_declared_plan_names_every_claim_with_an_estimand_the_rule_knows():
     design = plan["design"]
     assert len(design["agents"]) >= 5 and len(set(design["agents"])) == len(design["agents"])
     assert design["runs"] == len(design["agents"]) * 20 * len(study.SETTINGS)
+
+
+# ---------------------------------------------------------------- the plan, the starting checkpoint
+
+@pytest.fixture
+def stamped_draw(small_design, monkeypatch, tmp_path):
+    """The small design as a draw that stamps its starting checkpoint and records its plan's
+    digest: fake checkpoints a.pt and b.pt with their .sha256, a plan file and an agents file."""
+    _, records = small_design
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    for agent in ("a", "b"):
+        (checkpoints / f"{agent}.pt").write_bytes(agent.encode() * 100)
+        (checkpoints / f"{agent}.sha256").write_text(study.file_sha256(checkpoints / f"{agent}.pt"))
+    monkeypatch.setattr(study, "CHECKPOINTS", checkpoints)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"design": {"agents": ["a", "b"]}}))
+    agents = tmp_path / "agents.json"
+    agents.write_text(json.dumps({"agents": ["a", "b"]}))
+    draw = study.Draw("test draw", tmp_path / "draw.jsonl.gz", agents, plan, stamps_start=True)
+    stamped = [{**r, "start_sha256": study.start_sha256(r["agent"])} for r in records]
+    study._write(stamped, draw=draw)
+    return draw, stamped
+
+
+def test_a_stamped_draw_loads_and_its_manifest_holds_the_plans_digest(stamped_draw):
+    draw, records = stamped_draw
+    assert len(study.load_records(draw=draw)) == len(records)
+    assert _lines(draw.records)[0]["manifest"]["plan"] == study.file_sha256(draw.plan)
+
+
+def _edit_plan(draw, records):
+    draw.plan.write_text(json.dumps({"design": {"agents": ["a", "b"]}, "resamples": 150}))
+
+
+def _swap_checkpoint(draw, records):
+    path = study.CHECKPOINTS / "a.pt"
+    path.write_bytes(b"another agent")
+    path.with_suffix(".sha256").write_text(study.file_sha256(path))
+
+
+def _checkpoint_unlike_its_digest(draw, records):
+    (study.CHECKPOINTS / "b.pt").write_bytes(b"edited")
+
+
+def _unstamped(draw, records):
+    study._write([{k: v for k, v in r.items() if k != "start_sha256"} for r in records], draw=draw)
+
+
+def _truncated_agents(draw, records):
+    draw.agent_records.write_text('{"agents": ["a", ')
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (_edit_plan, ["plan", "not the plan these records were drawn under", "restore it from git"]),
+    (_swap_checkpoint, ["started from checkpoint", "a's committed one"]),
+    (_checkpoint_unlike_its_digest, ["b.pt", "is not the checkpoint"]),
+    (_unstamped, ["no start_sha256"]),
+    (_truncated_agents, ["agents.json", "cannot be read", "restore it"]),
+])
+def test_a_draw_is_refused_when_its_plan_or_its_starting_checkpoint_changed(stamped_draw, tamper, words):
+    draw, records = stamped_draw
+    tamper(draw, records)
+    with pytest.raises(study.StaleStudy) as info:
+        study.load_records(draw=draw)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_the_fresh_draw_is_refused_when_its_plan_changed(small_design, tmp_path):
+    path, _ = small_design
+    plan = tmp_path / "study_plan.json"
+    plan.write_text(study.FRESH.plan.read_text().replace('"resamples": 20000', '"resamples": 150'))
+    edited = study.Draw("fresh draw", path, study.FRESH.agent_records, plan,
+                        plan_sha256=study.FRESH.plan_sha256)
+    with pytest.raises(study.StaleStudy, match="study_plan.json is not the plan"):
+        study.load_records(path, draw=edited)
+    assert study.file_sha256(study.FRESH.plan) == study.FRESH.plan_sha256   # the committed plan
+
+
+def _forge(path, records, change):
+    """Rewrite the file with `change` applied to its first record and a manifest recomputed to
+    match, as a forger would."""
+    forged = [change(json.loads(json.dumps(records[0]))), *records[1:]]
+    _rewrite(path, [{"manifest": {"design": study.design(), "records": {
+        f"{r.get('agent')}|{r.get('setting')}|{r.get('seed')}": study.record_digest(r)
+        for r in forged}}}, *forged])
+
+
+def _set(where, key, value):
+    def change(r):
+        (r["eval"] if where == "eval" else r["history"][1])[key] = value
+        return r
+    return change
+
+
+@pytest.mark.parametrize("change, words", [
+    (_set("eval", "pass@1", 7.5), ["out of range", "pass@1 7.5", "[0, 1]"]),
+    (_set("eval", "pass@8", -0.1), ["out of range", "pass@8"]),
+    (_set("history", "reward", -0.5), ["out of range", "step 1 reward -0.5"]),
+    (_set("history", "entropy", 9.0), ["out of range", "entropy 9.0"]),
+    (_set("eval", "reads", -1.0), ["out of range", "reads"]),
+    (lambda r: {**r, "sha256": r["sha256"][:40]}, ["sha256 is not a SHA-256"]),
+    (lambda r: {k: v for k, v in r.items() if k != "eval"}, ["no eval"]),
+    (lambda r: {k: v for k, v in r.items() if k != "agent"}, ["no agent"]),
+])
+def test_a_number_out_of_its_range_is_refused_whatever_the_manifest_says(small_design, change, words):
+    path, records = small_design
+    _forge(path, records, change)
+    with pytest.raises(study.StaleStudy) as info:
+        study.load_records(path)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+@pytest.fixture
+def pilot_copy(tmp_path):
+    path, manifest = tmp_path / "pilot.jsonl.gz", tmp_path / "pilot_manifest.json"
+    path.write_bytes(study.PILOT.read_bytes())
+    manifest.write_bytes(study.PILOT_MANIFEST.read_bytes())
+    return path, manifest
+
+
+def _pilot_edit(lines):
+    lines[3]["eval"]["pass@1"] = 0.5
+
+
+def _pilot_delete(lines):
+    del lines[7]
+
+
+def _pilot_duplicate(lines):
+    lines.append(dict(lines[0]))
+
+
+def _pilot_out_of_range(lines):
+    lines[0]["eval"]["pass@1"] = 7.5
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (_pilot_edit, ["content differs from the manifest"]),
+    (_pilot_delete, ["in the manifest but not in the file"]),
+    (_pilot_duplicate, ["recorded twice"]),
+    (_pilot_out_of_range, ["content differs"]),
+])
+def test_the_pilot_is_checked_against_its_own_manifest(pilot_copy, tamper, words):
+    path, manifest = pilot_copy
+    assert len(study.load_pilot(path, manifest)) == 540
+    lines = _lines(path)
+    tamper(lines)
+    _rewrite(path, lines)
+    with pytest.raises(study.StaleStudy) as info:
+        study.load_pilot(path, manifest)
+    assert all(w in str(info.value) for w in words)
+
+
+def test_a_pilot_number_out_of_range_is_refused_even_with_its_manifest_recomputed(pilot_copy):
+    path, manifest = pilot_copy
+    lines = _lines(path)
+    lines[0]["history"][5]["reward"] = -0.25
+    _rewrite(path, lines)
+    study.write_pilot_manifest(path, manifest)
+    with pytest.raises(study.StaleStudy, match="out of range: step 5 reward -0.25"):
+        study.load_pilot(path, manifest)
+    manifest.write_text("{ truncated")
+    with pytest.raises(study.StaleStudy, match="pilot_manifest.json cannot be read"):
+        study.load_pilot(path, manifest)

@@ -26,7 +26,9 @@ def book_in_distribution(book, ours_by_agent, columns, central=0.90):
             if not math.isfinite(value):
                 raise ValueError(f"the book's {setting!r} {column!r} is {value!r}; a printed number "
                                  f"must be finite (leave it out, or None, when the book prints none)")
-            per_agent = {a: np.asarray(s[setting][column], float) for a, s in ours_by_agent.items()}
+            per_agent = {a: _runs(a, s, setting, column) for a, s in ours_by_agent.items()}
+            if not per_agent:
+                raise ValueError("ours_by_agent holds no agent: nothing to place the book among")
             pooled = np.concatenate(list(per_agent.values()))
             lo, hi = np.quantile(pooled, [lo_q, hi_q])
             inside_agents = [a for a, v in per_agent.items()
@@ -39,6 +41,25 @@ def book_in_distribution(book, ours_by_agent, columns, central=0.90):
                          "inside": bool(lo <= value <= hi),
                          "inside agents": ", ".join(inside_agents) or "none"})
     return pd.DataFrame(rows)
+
+
+def _runs(agent, by_setting, setting, column):
+    """The study's values of `column` in `setting` over one agent's runs, as a float array: a
+    setting or column the study lacks, an empty array or a NaN refused, naming which."""
+    if setting not in by_setting:
+        raise ValueError(f"the book's setting {setting!r} is not among agent {agent!r}'s settings: "
+                         f"{', '.join(map(repr, by_setting))}")
+    if column not in by_setting[setting]:
+        raise ValueError(f"column {column!r} is not among agent {agent!r}'s columns in "
+                         f"{setting!r}: {', '.join(map(repr, by_setting[setting]))}")
+    values = np.asarray(by_setting[setting][column], float).reshape(-1)
+    if not values.size:
+        raise ValueError(f"agent {agent!r} has no runs of {setting!r} {column!r} (an empty "
+                         f"array): at least one is needed to place the book among")
+    if np.isnan(values).any():
+        raise ValueError(f"agent {agent!r}'s {setting!r} {column!r} holds NaN: a run's summary "
+                         f"must be a number")
+    return values
 
 
 def columns_by_agent(summaries, settings, columns):

@@ -8,15 +8,21 @@ from .plan import (RESAMPLES, VERDICTS, _bootstrap_means, _claim_verdicts, _clai
                    _level, _percentiles, _resamples_arg, _values_arg, family_size, verdicts)
 
 
-def agreement(a, b):
-    """Two lists of verdicts compared: the share with the same verdict, the number of
-    contradictions (holds or equivalent against does not hold) and the share resolved."""
+def verdict_lists(a, b):
+    """`a` and `b` as lists of verdicts of equal length, each one of the four."""
     a, b = nonempty_list("a (verdicts)", a), nonempty_list("b (verdicts)", b)
     if len(a) != len(b):
         raise ValueError(f"agreement compares verdicts claim by claim: got {len(a)} and {len(b)}")
     unknown = sorted({v for v in a + b if v not in VERDICTS}, key=str)
     if unknown:
         raise ValueError(f"agreement takes the verdicts {VERDICTS}, got {unknown[:3]}")
+    return list(a), list(b)
+
+
+def agreement(a, b):
+    """Two lists of verdicts compared: the share with the same verdict, the number of
+    contradictions (holds or equivalent against does not hold) and the share resolved."""
+    a, b = verdict_lists(a, b)
     pairs = list(zip(a, b))
     positive = {"holds", "equivalent"}
     contradictions = sum((x in positive and y == "does not hold") or
