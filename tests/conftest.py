@@ -27,3 +27,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "recorded_bits" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def default_engine(monkeypatch):
+    """Each unit test starts on the default engine and names any other it wants (test_engine.py
+    runs both): TINYAGENT_ENGINE=torch is for the notebooks `make test` runs, in kernels of
+    their own, not for the tests of the engine's kernels."""
+    monkeypatch.delenv("TINYAGENT_ENGINE", raising=False)
+    engine.use(None)
+    yield
+    engine.use(None)

@@ -17,7 +17,7 @@ def test_a_run_is_keyed_by_its_code_and_the_arithmetic_it_is_computed_under(monk
     cfg = RegularizedConfig()
     before = runs._run_config(cfg, 2)
     assert before["code"] == runs.CODE_VERSION and before["arithmetic"] == runs.worker_fingerprint()
-    monkeypatch.setattr(runs, "_worker_fingerprint", "another arithmetic")
+    monkeypatch.setattr(runs, "_worker_fingerprint", {"kernels": "another arithmetic"})
     assert runs._run_config(cfg, 2) != before                   # never served across arithmetics
     monkeypatch.setattr(runs, "CODE_VERSION", "other code")
     assert runs._run_config(cfg, 2)["code"] == "other code"
@@ -164,3 +164,20 @@ def test_a_bar_says_how_long_its_runs_will_take_from_the_pace_measured_here(tmp_
     RecordingBar.made.clear()
     runs.regularized_runs(jobs, workers=1, progress=True)          # all cached: nothing to time
     assert not hasattr(RecordingBar.made[0], "postfix")
+
+
+def test_a_run_under_the_torch_engine_is_cached_apart_from_the_kernels_run(tmp_path, monkeypatch):
+    """`engine.use("torch")` in a process changes the fingerprint its runs are cached under, and
+    the workers it starts compute with the torch engine too: never a run of one engine served as
+    the other's."""
+    from tinyagent import engine
+    monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)
+    job = {"cfg": replace(COMPARISON["none"], seed=0, tasks_per_step=2), "steps": 2}
+    kernels = runs.regularized_runs([job], workers=1, progress=False)[0]
+    engine.use("torch")
+    torch_run = runs.regularized_runs([job], workers=1, progress=False)[0]
+    assert runs.params_sha256(kernels["state"]) != runs.params_sha256(torch_run["state"])
+    assert len(list(tmp_path.rglob("*"))) >= 2
+    engine.use(None)
+    again = runs.regularized_runs([job], workers=1, progress=False)[0]
+    assert runs.params_sha256(again["state"]) == runs.params_sha256(kernels["state"])

@@ -53,7 +53,7 @@ EXPECTED_PARTS = {
 OVERRIDES = ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
              "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE")
 
-_parts = None
+_parts = {}          # the engine in force -> its parts, computed once per process
 
 
 def _combine(parts):
@@ -66,13 +66,13 @@ EXPECTED = _combine(EXPECTED_PARTS)
 def parts():
     """SHA-256 (hex) of each part of one sampled batch, its log-probabilities, their gradient and
     one Adam step, computed on one torch thread from a policy drawn from seed 0. Once per process
-    (well under a second)."""
-    global _parts
-    if _parts is None:
+    (well under a second) for each engine it computes with: `engine.use` may change it."""
+    which = engine.in_force()
+    if which not in _parts:
         engine.start()
         with torch_threads(1), torch.enable_grad():      # callers may sit under no_grad
-            _parts = _compute()
-    return _parts
+            _parts[which] = _compute()
+    return _parts[which]
 
 
 def fingerprint():

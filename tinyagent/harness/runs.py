@@ -23,6 +23,7 @@ from multiprocessing import get_context
 import torch
 from tqdm.auto import tqdm
 
+from .. import engine
 from ..engine.arithmetic import pinned_environment, torch_threads
 from .cache import PACKAGE, cached, code_digest, lookup
 from ..checks import env_flag, env_path, env_positive_int, instance, positive_int
@@ -50,21 +51,39 @@ def load_agent(name=SHIPPED_AGENT):
     return load_policy(RL_BASE_CHECKPOINT.with_name(f"{name}.pt"))
 
 
-_worker_fingerprint = None
+_worker_fingerprint = {}     # the engine in force -> the fingerprint its runs are computed under
 
 
 def worker_fingerprint():
     """The fingerprint runs are computed under: this process's when it is the pinned one (workers
-    start from the same environment with the pins forced), else one pinned worker's, asked once."""
-    global _worker_fingerprint
-    if _worker_fingerprint is None:
+    start from the same environment with the pins forced), else one pinned worker's, asked once
+    for each engine (`engine.use` may change it)."""
+    which = engine.in_force()
+    if which not in _worker_fingerprint:
         if matches():
-            _worker_fingerprint = fingerprint()
+            _worker_fingerprint[which] = fingerprint()
         else:
             _refuse_unspawnable_main()
-            with pinned_environment(), ProcessPoolExecutor(1, mp_context=get_context("spawn")) as p:
-                _worker_fingerprint = p.submit(fingerprint).result()
-    return _worker_fingerprint
+            with workers_environment(), ProcessPoolExecutor(1, mp_context=get_context("spawn")) as p:
+                _worker_fingerprint[which] = p.submit(fingerprint).result()
+    return _worker_fingerprint[which]
+
+
+@contextmanager
+def workers_environment():
+    """The pins, and TINYAGENT_ENGINE naming the engine in force here, in os.environ for the body:
+    worker processes started there compute as this process does (an `engine.use` choice
+    included); the caller's environment comes back afterwards."""
+    before = os.environ.get(engine.VARIABLE)
+    os.environ[engine.VARIABLE] = engine.in_force()
+    try:
+        with pinned_environment():
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(engine.VARIABLE, None)
+        else:
+            os.environ[engine.VARIABLE] = before
 
 
 def params_sha256(state):
@@ -153,9 +172,8 @@ def _run_job(job, required=None, steps_done=None, index=None):
     """A worker's entry: its own fingerprint is the one its runs are keyed by. A worker of another
     machine (`executor`) must compute the `required` one, or it refuses. With a `steps_done` queue
     (progress on, local workers), each trained step puts the job's `index` on it."""
-    global _worker_fingerprint
-    _worker_fingerprint = fingerprint()
-    if required is not None and _worker_fingerprint != required:
+    mine = _worker_fingerprint[engine.in_force()] = fingerprint()
+    if required is not None and mine != required:
         raise RuntimeError(f"a remote worker refuses the run: {mismatch_message()}")
     on_step = None if steps_done is None else (lambda log: steps_done.put(index))
     return _compute_run(**job, on_step=on_step)
@@ -279,7 +297,7 @@ def regularized_runs(jobs, workers=None, progress=SHOW_PROGRESS, desc="runs", ex
                 bar.finished(i)
         elif wave:
             _refuse_unspawnable_main()
-            with pinned_environment(), _step_queue(bar) as steps_done, ProcessPoolExecutor(
+            with workers_environment(), _step_queue(bar) as steps_done, ProcessPoolExecutor(
                     min(workers, len(wave)), mp_context=get_context("spawn")) as pool:
                 futures = {i: pool.submit(_run_job, jobs[i], None, steps_done, i) for i in wave}
                 for i, future in futures.items():
