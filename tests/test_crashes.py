@@ -166,6 +166,81 @@ CASES = {
     "matmul of 0-d": ("matmul.matmul(torch.tensor(1.0), torch.tensor(2.0))", ["dimensions"]),
     "matmul of 1-d": ("matmul.matmul(torch.ones(3), torch.ones(3))", ["dimensions"]),
     "matmul of lists": ("matmul.matmul([[1.0]], [[2.0]])", ["tensors", "list"]),
+    # what the entry points also check, beyond the probes
+    "matmul of 2**32 products (leading dimensions)":
+        ("x = torch.ones(1, 1, 1, 1).expand(2**16, 2**16, 1, 1)\nmatmul.matmul(x, x)",
+         ["products", "2**31"]),
+    "linear over 2**31 rows":
+        ("matmul.linear(torch.ones(1, 3).expand(2**31, 3), torch.ones(4, 3), torch.ones(4))",
+         ["rows", "2**31"]),
+    "scores of 3-d operands": ("matmul.scores(torch.ones(2, 3, 4), torch.ones(2, 3, 4), True)",
+                               ["4 dimensions"]),
+    "matmul_backward on meta": ("matmul.matmul_backward(meta(2, 4), meta(2, 3), meta(3, 4))",
+                                ["cpu", "meta"]),
+    "linear_backward on meta": ("matmul.linear_backward(meta(2, 4), meta(2, 3), meta(4, 3))",
+                                ["cpu", "meta"]),
+    "scores_backward with a NaN scale": ("q = torch.ones(1, 1, 4, 3)\n"
+                                         "matmul.scores_backward(torch.ones(1, 1, 4, 4), q, q, "
+                                         "float('nan'), True)", ["scale", "finite"]),
+    "gelu_backward with an expanded erf": ("x = torch.randn(10)\n"
+                                           "gelu.gelu_backward(x, x, torch.ones(1).expand(10))",
+                                           ["e", "contiguous"]),
+    "softmax of a list": ("softmax.softmax([1.0, 2.0])", ["tensor", "list"]),
+    "store a qkv of another width": ("kvcache.store(torch.randn(2, 1, 10), layer(), 0)",
+                                     ["qkv", "shape"]),
+    "store a qkv of another batch": ("kvcache.store(qkv(5), layer(), 0)", ["qkv", "shape"]),
+    "attend with two tokens": ("kvcache.attend_one_token(qkv(2, 2), layer(), 1)",
+                               ["qkv", "shape"]),
+    "compact a cache whose layers differ":
+        ("kvcache.compact([layer(3, 8), layer(3, 4)], [0], 2)", ["layer", "shape"]),
+    "compact a float keep": ("kvcache.compact(policy.new_cache(3, 8), torch.tensor([0.0]), 2)",
+                             ["keep", "increasing"]),
+    "decoding with a hand-built list": ("c = list(decoder.new_cache(2))\n"
+                                        "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)",
+                                        ["new_cache", "filled"]),
+    "decoding a cache of another batch size":
+        ("decoder.step(torch.zeros(2, dtype=torch.long), 0, decoder.new_cache(3))",
+         ["sequences", "batch_size"]),
+    "decoding with no cache": ("decoder.step(torch.zeros(2, dtype=torch.long), 0, None)",
+                               ["cache", "layer"]),
+    "step with a negative row": ("c = decoder.new_cache(2)\n"
+                                 "decoder.step(torch.zeros(2, dtype=torch.long), 0, c, [-1])",
+                                 ["rows", "range"]),
+    "step with rows as a tuple": ("c = decoder.new_cache(2)\n"
+                                  "decoder.step(torch.zeros(2, dtype=torch.long), 0, c, (0, 1))",
+                                  ["rows", "list"]),
+    "step at a float position": ("c = decoder.new_cache(2)\n"
+                                 "decoder.step(torch.zeros(2, dtype=torch.long), 0.0, c)",
+                                 ["pos", "int"]),
+    "step past block_size": ("c = decoder.new_cache(2)\n"
+                             "decoder.step(torch.zeros(2, dtype=torch.long), 96, c)",
+                             ["block_size"]),
+    "features of an out-of-vocabulary id": ("engine.features(policy, torch.full((1, 3), 999))",
+                                            ["idx", "vocabulary"]),
+    "logits of float tokens": ("engine.logits(policy, torch.zeros(1, 3))", ["idx", "int64"]),
+    "features past block_size": ("engine.features(policy, torch.zeros(1, 97, dtype=torch.long))",
+                                 ["block_size"]),
+    "head on meta": ("engine.head(policy, meta(2, 66))", ["cpu", "meta"]),
+    "Decoder.compact past the cache's length": ("decoder.compact(decoder.new_cache(3, 8), [0], 9)",
+                                                ["length", "cache"]),
+    "Adam with lr as a string": ("adam.Adam([torch.nn.Parameter(torch.ones(2))], lr='0.1')",
+                                 ["lr", "finite"]),
+    "Adam with lr made infinite between steps":
+        ("p = torch.nn.Parameter(torch.ones(2)); opt = adam.Adam([p]); p.grad = torch.ones(2)\n"
+         "opt.param_groups[0]['lr'] = float('inf'); opt.step()", ["lr", "finite"]),
+    "Adam with a gradient of another size":
+        ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); p.grad = torch.ones(4)\n"
+         "p.data = torch.ones(10**6); opt.step()", ["size", "gradient"]),
+    # the torch engine (TINYAGENT_ENGINE=torch) refuses as the kernels do
+    "torch engine: Adam with eps=nan": ("engine.use('torch')\n"
+                                        "engine.Adam([torch.nn.Parameter(torch.ones(2))], "
+                                        "eps=float('nan'))", ["eps", "finite"]),
+    "torch engine: step past the fill": ("engine.use('torch'); d = engine.Decoder(policy)\n"
+                                         "d.step(torch.zeros(2, dtype=torch.long), 3, "
+                                         "d.new_cache(2))", ["position", "filled"]),
+    "torch engine: compact with a negative keep":
+        ("engine.use('torch'); d = engine.Decoder(policy)\n"
+         "d.compact(d.new_cache(3), [-1, 0], 4)", ["keep", "rows"]),
 }
 
 

@@ -233,11 +233,11 @@ def token_ids(name, tokens, vocab_size, ndim=2, empty=False):
 
 
 def row_indices(name, rows, n):
-    """`rows` if it is None or a list (a tuple) of row indices in [0, n): a negative index would
-    pick a row from the end, one past n fail inside."""
+    """`rows` if it is None or a list of row indices in [0, n): a negative index would pick a
+    row from the end, one past n fail inside, and a tuple index one element, not rows."""
     if rows is None:
         return rows
-    if not isinstance(rows, (list, tuple)) or not all(_is_int(r) and 0 <= r < n for r in rows):
+    if not isinstance(rows, list) or not all(_is_int(r) and 0 <= r < n for r in rows):
         raise ValueError(f"{name} must be a list of row indices in the range [0, {n}) (the "
                          f"batch's rows), got {rows!r:.100}")
     return rows

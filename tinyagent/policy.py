@@ -165,6 +165,9 @@ class Policy(nn.Module):
         sequence's keys and values are stored either way."""
         token_ids("tokens", tokens, self.cfg.vocab_size, ndim=1)
         row_indices("rows", rows, len(tokens))
+        if cache is None:       # alone, the token would attend to itself only
+            raise ValueError("step attends to the positions in the cache: give it the cache "
+                             "(new_cache, one (keys, values) pair per layer), got None")
         x = self.features(tokens[:, None], cache, pos)[:, 0]                 # (B, C)
         return self.head(x if rows is None else x[rows])
 

@@ -229,6 +229,7 @@ class Decoder:
         self.policy.check_cache(cache)
         if self.weights is None:
             from ..policy import Cache
+            keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
             length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
                                     "the positions filled, at most the cache's")
             return Cache([(k[keep], v[keep]) for k, v in cache], cache.cfg,

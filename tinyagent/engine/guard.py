@@ -75,6 +75,24 @@ def position(where, name, value, low, high, what):
     return int(value)
 
 
+def kept_rows(where, keep, n):
+    """`keep` as a list of ints if it holds increasing indices of n rows (a list, a tuple or a
+    1-D integer tensor): the rows a compacted cache keeps, which move up in place only in that
+    order; a negative index would keep a row from the end."""
+    if isinstance(keep, torch.Tensor):
+        keep = keep.tolist() if keep.dim() == 1 and not keep.is_floating_point() else None
+    elif isinstance(keep, (list, tuple)):
+        keep = list(keep)
+    else:
+        keep = None
+    if keep is None or not all(isinstance(j, numbers.Integral) and not isinstance(j, bool)
+                               and 0 <= j < n for j in keep) \
+            or any(a >= b for a, b in zip(keep, keep[1:])):
+        raise ValueError(f"{where}: keep must be increasing indices of the cache's rows, in "
+                         f"[0, {n}), as a list, got {keep!r:.200}")
+    return keep
+
+
 def adam_settings(lr, betas, eps):
     """(lr, betas, eps) if Adam can step with them: lr and eps finite and positive (lr = inf
     makes every parameter infinite at the first step, eps = inf freezes them), two betas in

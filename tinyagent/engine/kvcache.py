@@ -10,7 +10,6 @@ called on the cache's memory directly, and the same softmax: the same bits
 another precision than float32, `CausalSelfAttention` computes it on views, as written there.
 """
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
@@ -22,13 +21,17 @@ _lib = load("key/value cache's store")
 
 
 def _plain_float32(*tensors):
-    """Whether the C code can read and write the tensors' memory as it is: float32, contiguous."""
-    return all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+    """Whether the C code can read and write the tensors' memory as it is: float32, contiguous
+    (their device and shapes are checked where a pass begins)."""
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.is_contiguous()
+               for t in tensors)
 
 
 def in_place(cache):
     """Whether the C store can write every layer's keys and values into `cache` as it is."""
-    return all(_plain_float32(*pair) for pair in cache)
+    return isinstance(cache, (list, tuple)) and all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 and _plain_float32(*pair)
+        for pair in cache)
 
 
 def _layer(where, layer, dtype=torch.float32):
@@ -124,13 +127,7 @@ def compact(cache, keep, length):
                              f"keys {(B, nh, hs, L)}, got keys {tuple(layer[0].shape)}")
     length = guard.position("compact", "length", length, 0, L,
                             f"the positions filled, at most the cache's {L}")
-    if isinstance(keep, (str, bytes)) or not hasattr(keep, "__iter__"):
-        raise TypeError(f"compact: keep must be a list of row indices, got {keep!r:.80}")
-    keep = keep.tolist() if isinstance(keep, torch.Tensor) else list(keep)
-    if not all(isinstance(j, numbers.Integral) and not isinstance(j, bool) for j in keep) \
-            or any(not 0 <= j < B for j in keep) or any(a >= b for a, b in zip(keep, keep[1:])):
-        raise ValueError(f"compact: keep must be increasing indices of the cache's rows, in "
-                         f"[0, {B}), got {keep!r:.200}")
+    keep = guard.kept_rows("compact", keep, B)
     if not in_place(cache):
         kept = [(k[keep], v[keep]) for k, v in cache]
     else:
