@@ -195,9 +195,6 @@ CASES = {
         ("kvcache.compact([layer(3, 8), layer(3, 4)], [0], 2)", ["layer", "shape"]),
     "compact a float keep": ("kvcache.compact(policy.new_cache(3, 8), torch.tensor([0.0]), 2)",
                              ["keep", "increasing"]),
-    "decoding with a hand-built list": ("c = list(decoder.new_cache(2))\n"
-                                        "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)",
-                                        ["new_cache", "filled"]),
     "decoding a cache of another batch size":
         ("decoder.step(torch.zeros(2, dtype=torch.long), 0, decoder.new_cache(3))",
          ["sequences", "batch_size"]),

@@ -90,7 +90,8 @@ class Block(nn.Module):
 class Cache(list):
     """`Policy.new_cache`'s keys and values, one (keys, values) pair per layer, with the config
     they were made for and `filled`, how many positions hold keys and values: the only ones a
-    next token may attend to (the others hold whatever memory the cache was given)."""
+    next token may attend to (the others hold whatever memory the cache was given). A plain list
+    of such pairs (rows copied out of a cache, say) is a cache too, whose fill nobody counts."""
 
     def __init__(self, layers, cfg, filled=0):
         super().__init__(layers)
@@ -133,7 +134,7 @@ class Policy(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
-        if cache is not None:
+        if isinstance(cache, Cache):
             cache.filled = pos + T                # what follows position pos + T - 1 is stale
         return self.ln_f(x)                                          # (B, T, C)
 
@@ -188,7 +189,7 @@ class Policy(nn.Module):
         if pos + T > cache[0][0].shape[-1]:
             raise ValueError(f"sequence length {pos + T} exceeds the cache's "
                              f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
-        if pos > cache.filled:
+        if isinstance(cache, Cache) and pos > cache.filled:
             raise ValueError(f"position {pos} attends to positions the cache has not filled: it "
                              f"holds {cache.filled} (those before position {cache.filled}); feed "
                              f"a token at position {cache.filled} at most, or prefill a prefix")
@@ -197,15 +198,16 @@ class Policy(nn.Module):
                              f"(new_cache's `batch_size`)")
 
     def check_cache(self, cache):
-        """Refuse a cache that `new_cache` did not make for this policy: another config's, one
-        missing a layer, keys not transposed, another dtype or device than the parameters'."""
+        """Refuse a cache that is not of this policy's shapes: another config's, one missing a
+        layer, keys not transposed, another dtype or device than the parameters'."""
         c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
         if isinstance(cache, Cache) and cache.cfg != c:
             raise ValueError(f"the cache was made for another config ({cache.cfg}), not this "
                              f"policy's ({c}): make it with this policy's new_cache")
         if not isinstance(cache, list) or len(cache) != c.n_layer:
+            got = len(cache) if isinstance(cache, list) else f"{cache!r:.80}"
             raise ValueError(f"the cache must hold one (keys, values) pair per layer, "
-                             f"{c.n_layer} layers, got {len(cache) if isinstance(cache, list) else cache!r:.80}")
+                             f"{c.n_layer} layers, got {got}")
         dtype = self.head.weight.dtype
         for i, (keys, values) in enumerate(cache):
             for name, t in (("keys", keys), ("values", values)):
@@ -215,16 +217,14 @@ class Policy(nn.Module):
                                      f"{getattr(t, 'dtype', type(t).__name__)} on "
                                      f"{getattr(getattr(t, 'device', None), 'type', None)}: "
                                      f"make the cache with new_cache")
-            if keys.dim() != 4 or keys.shape[1:3] != (c.n_head, hs) or keys.shape != cache[0][0].shape \
-                    or values.shape != (keys.shape[0], c.n_head, keys.shape[3], hs):
+            if keys.dim() != 4 or keys.shape[1:3] != (c.n_head, hs) \
+                    or values.shape != (keys.shape[0], c.n_head, keys.shape[3], hs) \
+                    or keys.shape != cache[0][0].shape:
                 raise ValueError(f"the cache's layer {i} has keys {tuple(keys.shape)} and values "
                                  f"{tuple(values.shape)}; this policy's config stores keys "
                                  f"transposed, (B, nh, hs, L) = (B, {c.n_head}, {hs}, L), values "
                                  f"(B, {c.n_head}, L, {hs}), every layer alike: make the cache "
                                  f"with new_cache")
-        if not isinstance(cache, Cache):
-            raise TypeError(f"the cache must be the one new_cache makes (a Cache, which counts "
-                            f"the positions filled), got a {type(cache).__name__}")
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

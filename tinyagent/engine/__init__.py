@@ -204,7 +204,8 @@ class Decoder:
         last = torch.zeros(idx.shape, dtype=torch.bool)
         last[:, -1] = True
         x = sequence_pass.features(self.policy, idx, self.weights, last, cache)      # (B, C)
-        cache.filled = idx.shape[1]
+        if hasattr(cache, "filled"):                    # a policy.Cache counts its positions
+            cache.filled = idx.shape[1]
         head = self.policy.head
         return linear(x, head.weight, head.bias, self.weights.rows[head])           # (B, V)
 
@@ -218,22 +219,24 @@ class Decoder:
         row_indices("rows", rows, len(tokens))
         self.policy.check_positions(pos, 1, cache, len(tokens))
         logits = self.weights.token_pass(tokens, pos, cache, rows)
-        cache.filled = pos + 1
+        if hasattr(cache, "filled"):
+            cache.filled = pos + 1
         return logits
 
     def compact(self, cache, keep, length):
         """The cache of the sequences `keep` (increasing indices into its rows) only, as a rollout
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
-        up in place). The cache stays filled as far as it was, at most `length`."""
+        up in place). A `policy.Cache` stays filled as far as it was, at most `length`."""
         self.policy.check_cache(cache)
         if self.weights is None:
             from ..policy import Cache
             keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
             length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
                                     "the positions filled, at most the cache's")
-            return Cache([(k[keep], v[keep]) for k, v in cache], cache.cfg,
-                         min(cache.filled, length))
+            kept = [(k[keep], v[keep]) for k, v in cache]
+            return Cache(kept, cache.cfg, min(cache.filled, length)) \
+                if isinstance(cache, Cache) else kept
         from . import kvcache
         return kvcache.compact(cache, keep, length)
 
