@@ -223,10 +223,13 @@ def token_ids(name, tokens, vocab_size, ndim=2, empty=False):
         raise ValueError(f"{name} must be a {'' if empty else 'non-empty '}{ndim}-D tensor "
                          f"({'(episodes, positions)' if ndim == 2 else '(episodes,)'}), got shape "
                          f"{tuple(tokens.shape)}")
-    if tokens.device.type != "cpu":
+    if not tokens.is_cpu:
         raise ValueError(f"{name} must be on the cpu, got a tensor on {tokens.device.type}")
-    bad = (tokens < 0) | (tokens >= vocab_size)
-    if bad.any():
+    if not tokens.numel():
+        return tokens
+    low, high = torch.aminmax(tokens)         # one pass: a rollout checks every token it feeds
+    if low.item() < 0 or high.item() >= vocab_size:
+        bad = (tokens < 0) | (tokens >= vocab_size)
         raise ValueError(f"{name} must hold ids in [0, {vocab_size}) (the vocabulary's tokens), got "
                          f"{tokens[bad][:5].tolist()}")
     return tokens

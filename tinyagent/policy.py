@@ -211,7 +211,7 @@ class Policy(nn.Module):
         dtype = self.head.weight.dtype
         for i, (keys, values) in enumerate(cache):
             for name, t in (("keys", keys), ("values", values)):
-                if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dtype != dtype:
+                if not isinstance(t, torch.Tensor) or not t.is_cpu or t.dtype != dtype:
                     raise ValueError(f"the cache's layer {i} {name} must be {dtype} tensors on "
                                      f"the cpu, as this policy's parameters, got "
                                      f"{getattr(t, 'dtype', type(t).__name__)} on "

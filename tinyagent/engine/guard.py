@@ -23,7 +23,7 @@ def tensor(where, name, t, dtype=torch.float32, ndim=None, contiguous=False):
     naming `where` (the function), `name` (the argument) and what is allowed."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{where}: {name} must be a torch.Tensor, got a {type(t).__name__}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ValueError(f"{where}: {name} must be on the cpu (the engine's kernels read CPU "
                          f"memory), got a tensor on {t.device.type}")
     if t.layout != torch.strided:
