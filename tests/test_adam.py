@@ -130,10 +130,61 @@ def test_a_state_for_other_parameters_is_refused():
 
 @pytest.mark.parametrize("kwargs", [dict(lr=0), dict(lr=-1e-3), dict(eps=0), dict(betas=(0.9, 1.0)),
                                     dict(betas=(-0.1, 0.999)), dict(betas=(0.9,)),
-                                    dict(lr=float("nan"))])
-def test_adam_refuses_settings_outside_its_domain(kwargs):
-    with pytest.raises(ValueError, match="Adam needs lr > 0, eps > 0 and two betas in"):
-        Adam([torch.zeros(2, requires_grad=True)], **kwargs)
+                                    dict(lr=float("nan")), dict(lr=float("inf")),
+                                    dict(eps=float("inf")), dict(eps=float("nan")), dict(lr="1e-3")])
+@pytest.mark.parametrize("make", ["engine's Adam", "engine.Adam (kernels)", "engine.Adam (torch)"])
+def test_adam_refuses_settings_outside_its_domain(kwargs, make):
+    from tinyagent import engine
+    params = [torch.zeros(2, requires_grad=True)]
+    if make == "engine's Adam":
+        def build():
+            return Adam(params, **kwargs)
+    else:
+        def build():
+            engine.use("kernels" if "kernels" in make else "torch")
+            try:
+                return engine.Adam(params, **kwargs)
+            finally:
+                engine.use(None)
+    with pytest.raises(ValueError) as refused:
+        build()
+    assert all(word in str(refused.value) for word in ("lr > 0", "eps > 0", "finite", "[0, 1)"))
+
+
+def test_adam_refuses_a_learning_rate_made_infinite_between_steps():
+    p = torch.ones(3, requires_grad=True)
+    opt = Adam([p], lr=1e-2)
+    p.grad = torch.ones(3)
+    opt.step()
+    opt.param_groups[0]["lr"] = float("inf")
+    with pytest.raises(ValueError, match="finite"):
+        opt.step()
+    assert torch.isfinite(p).all()
+
+
+@pytest.mark.parametrize("change, words", [
+    ("resized", ["size", "state"]),
+    ("a gradient of another shape", ["size", "gradient"]),
+    ("on meta", ["cpu", "meta"]),
+])
+def test_adam_refuses_a_parameter_unlike_its_state(change, words):
+    """The C step reads the parameter, its gradient and both moments over p.numel() elements:
+    all four must be of one size, on the CPU."""
+    p = torch.nn.Parameter(torch.ones(4))
+    opt = Adam([p])
+    p.grad = torch.ones(4)
+    opt.step()
+    if change == "resized":
+        p.data, p.grad = torch.ones(100), torch.ones(100)
+    elif change == "a gradient of another shape":
+        p.data = torch.ones(100)                           # the gradient is still (4,)
+    else:                                                  # a parameter of no memory
+        p = torch.nn.Parameter(torch.empty(4, device="meta"))
+        p.grad = torch.empty(4, device="meta")
+        opt = Adam([p])
+    with pytest.raises(ValueError) as refused:
+        opt.step()
+    assert all(w in str(refused.value) for w in words), refused.value
 
 
 def test_the_float32_step_in_c_has_the_bits_of_the_torch_operators():

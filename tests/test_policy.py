@@ -343,3 +343,31 @@ def test_step_with_rows_gives_those_rows_logits_and_stores_every_row(through):
         chosen = step(idx[:, 8], 8, some, [1, 4, 5])
     assert torch.equal(chosen, everything[[1, 4, 5]])
     assert all(torch.equal(a, b) for pa, pb in zip(full, some) for a, b in zip(pa, pb))
+
+
+@pytest.mark.parametrize("through", ["the modules", "the engine"])
+def test_a_cache_counts_its_fill_and_a_plain_list_is_a_cache_too(through):
+    """new_cache's Cache counts the positions written (prefill, step, compact) and refuses a
+    position past them; rows copied out of it into a plain list decode as the Cache does, their
+    fill not counted (the science layer branches decoding that way)."""
+    from tinyagent import engine
+    from tinyagent.policy import Cache
+    policy = Policy(seed=7)
+    decoder = policy if through == "the modules" else engine.Decoder(policy)
+    idx = torch.randint(0, policy.cfg.vocab_size, (3, 6), generator=torch.Generator().manual_seed(7))
+    with torch.inference_mode():
+        cache = policy.new_cache(3, 8)
+        assert isinstance(cache, Cache) and cache.filled == 0 and cache.cfg == policy.cfg
+        decoder.prefill(idx[:, :4], cache)
+        assert cache.filled == 4
+        with pytest.raises(ValueError, match="not filled"):
+            decoder.step(idx[:, 5], 5, cache)
+        copied = [(k[[0, 2]].clone(), v[[0, 2]].clone()) for k, v in cache]
+        expected = decoder.step(idx[:, 4], 4, cache)
+        assert cache.filled == 5
+        assert torch.equal(decoder.step(idx[[0, 2], 4], 4, copied), expected[[0, 2]])
+        if through == "the engine":
+            kept = decoder.compact(cache, [0, 2], 5)
+            assert isinstance(kept, Cache) and kept.filled == 5 and len(kept[0][0]) == 2
+            decoder.step(idx[[0, 2], 5], 5, kept)
+            assert kept.filled == 6

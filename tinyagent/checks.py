@@ -210,22 +210,40 @@ def file_path(name, value):
     return where
 
 
-def token_ids(name, tokens, vocab_size, ndim=2):
-    """`tokens` if it is an integer tensor of `ndim` dimensions holding at least one id, every id
-    in [0, vocab_size): a float tensor, a 1-D episode or an id past the vocabulary would fail deep
-    inside the embedding."""
+def token_ids(name, tokens, vocab_size, ndim=2, empty=False):
+    """`tokens` if it is an integer tensor of `ndim` dimensions holding at least one id (or none,
+    with `empty`), every id in [0, vocab_size): a float tensor, a 1-D episode or an id past the
+    vocabulary would fail deep inside the embedding, and a negative id would pick a row from
+    its end."""
     import torch
     if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be an integer tensor of token ids (torch.long), got "
-                        f"{getattr(tokens, 'dtype', type(tokens).__name__)}")
-    if tokens.ndim != ndim or tokens.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty {ndim}-D tensor ((episodes, positions) for "
-                         f"2-D), got shape {tuple(tokens.shape)}")
-    bad = (tokens < 0) | (tokens >= vocab_size)
-    if bad.any():
-        raise ValueError(f"{name} must hold ids in [0, {vocab_size}), got "
+        raise TypeError(f"{name} must be an integer tensor of token ids (torch.long: int64, or "
+                        f"int32), got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+    if tokens.ndim != ndim or (tokens.numel() == 0 and not empty):
+        raise ValueError(f"{name} must be a {'' if empty else 'non-empty '}{ndim}-D tensor "
+                         f"({'(episodes, positions)' if ndim == 2 else '(episodes,)'}), got shape "
+                         f"{tuple(tokens.shape)}")
+    if not tokens.is_cpu:
+        raise ValueError(f"{name} must be on the cpu, got a tensor on {tokens.device.type}")
+    if not tokens.numel():
+        return tokens
+    low, high = torch.aminmax(tokens)         # one pass: a rollout checks every token it feeds
+    if low.item() < 0 or high.item() >= vocab_size:
+        bad = (tokens < 0) | (tokens >= vocab_size)
+        raise ValueError(f"{name} must hold ids in [0, {vocab_size}) (the vocabulary's tokens), got "
                          f"{tokens[bad][:5].tolist()}")
     return tokens
+
+
+def row_indices(name, rows, n):
+    """`rows` if it is None or a list of row indices in [0, n): a negative index would pick a
+    row from the end, one past n fail inside, and a tuple index one element, not rows."""
+    if rows is None:
+        return rows
+    if not isinstance(rows, list) or not all(_is_int(r) and 0 <= r < n for r in rows):
+        raise ValueError(f"{name} must be a list of row indices in the range [0, {n}) (the "
+                         f"batch's rows), got {rows!r:.100}")
+    return rows
 
 
 def logits_tensor(name, x, shape_hint, ndim):

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import positive_int
+from .checks import positive_int, row_indices, token_ids
 from .vocab import VOCAB_SIZE
 
 
@@ -87,6 +87,17 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class Cache(list):
+    """`Policy.new_cache`'s keys and values, one (keys, values) pair per layer, with the config
+    they were made for and `filled`, how many positions hold keys and values: the only ones a
+    next token may attend to (the others hold whatever memory the cache was given). A plain list
+    of such pairs (rows copied out of a cache, say) is a cache too, whose fill nobody counts."""
+
+    def __init__(self, layers, cfg, filled=0):
+        super().__init__(layers)
+        self.cfg, self.filled = cfg, filled
+
+
 class Policy(nn.Module):
     """Token ids (B, T) to next-token logits (B, T, V). Untied input and output embeddings
     (tied ones learned to copy names much more slowly)."""
@@ -117,11 +128,14 @@ class Policy(nn.Module):
     def features(self, idx, cache=None, pos=0):
         """The final layer's normalized features (B, T, C) of tokens idx (B, T) at positions
         pos .. pos+T-1 (with a `cache`: see CausalSelfAttention)."""
+        token_ids("idx", idx, self.cfg.vocab_size, empty=True)
         B, T = idx.shape
         self.check_positions(pos, T, cache, B)
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
+        if isinstance(cache, Cache):
+            cache.filled = pos + T                # what follows position pos + T - 1 is stale
         return self.ln_f(x)                                          # (B, T, C)
 
     def forward(self, idx):
@@ -136,40 +150,81 @@ class Policy(nn.Module):
         positive_int("batch_size", batch_size)
         length = c.block_size if length is None else min(positive_int("length", length), c.block_size)
         dtype = self.head.weight.dtype
-        return [(torch.empty(batch_size, c.n_head, hs, length, dtype=dtype),
-                 torch.empty(batch_size, c.n_head, length, hs, dtype=dtype))
-                for _ in range(c.n_layer)]
+        return Cache([(torch.empty(batch_size, c.n_head, hs, length, dtype=dtype),
+                       torch.empty(batch_size, c.n_head, length, hs, dtype=dtype))
+                      for _ in range(c.n_layer)], c)
 
     def prefill(self, idx, cache):
         """Feed a whole prefix idx (B, T) from position 0, filling the cache; the logits (B, V) of
         the token that follows it."""
+        token_ids("the prefix idx", idx, self.cfg.vocab_size)
         return self.head(self.features(idx, cache)[:, -1])             # (B, V)
 
     def step(self, tokens, pos, cache, rows=None):
         """Logits (B, V) after feeding one token per sequence, tokens (B,), at position `pos`;
         with `rows` (a list of indices), only those sequences' logits (len(rows), V). Every
         sequence's keys and values are stored either way."""
+        token_ids("tokens", tokens, self.cfg.vocab_size, ndim=1)
+        row_indices("rows", rows, len(tokens))
+        if cache is None:       # alone, the token would attend to itself only
+            raise ValueError("step attends to the positions in the cache: give it the cache "
+                             "(new_cache, one (keys, values) pair per layer), got None")
         x = self.features(tokens[:, None], cache, pos)[:, 0]                 # (B, C)
         return self.head(x if rows is None else x[rows])
 
     def check_positions(self, pos, T, cache=None, B=None):
         """Refuse positions pos .. pos+T-1 before 0, past block_size or past the cache's length,
-        a prefix fed into a cache after position 0, and B sequences fed to a cache of another
-        batch size."""
+        a token whose past the cache has not filled, a prefix fed into a cache after position 0,
+        B sequences fed to a cache of another batch size, and a cache that is not this policy's
+        (`check_cache`)."""
         if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
             raise ValueError(f"pos must be a position, an int >= 0, got {pos!r}")
         if pos + T > self.cfg.block_size:
             raise ValueError(f"sequence length {pos + T} exceeds block_size {self.cfg.block_size}")
         if cache is None:
             return
+        self.check_cache(cache)
         if pos > 0 and T > 1:
             raise ValueError("the cache takes a prefix at position 0 or one token at a time")
         if pos + T > cache[0][0].shape[-1]:
             raise ValueError(f"sequence length {pos + T} exceeds the cache's "
                              f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
+        if isinstance(cache, Cache) and pos > cache.filled:
+            raise ValueError(f"position {pos} attends to positions the cache has not filled: it "
+                             f"holds {cache.filled} (those before position {cache.filled}); feed "
+                             f"a token at position {cache.filled} at most, or prefill a prefix")
         if B is not None and B != cache[0][0].shape[0]:
             raise ValueError(f"{B} sequences fed to a cache of {cache[0][0].shape[0]} "
                              f"(new_cache's `batch_size`)")
+
+    def check_cache(self, cache):
+        """Refuse a cache that is not of this policy's shapes: another config's, one missing a
+        layer, keys not transposed, another dtype or device than the parameters'."""
+        c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
+        if isinstance(cache, Cache) and cache.cfg != c:
+            raise ValueError(f"the cache was made for another config ({cache.cfg}), not this "
+                             f"policy's ({c}): make it with this policy's new_cache")
+        if not isinstance(cache, list) or len(cache) != c.n_layer:
+            got = len(cache) if isinstance(cache, list) else f"{cache!r:.80}"
+            raise ValueError(f"the cache must hold one (keys, values) pair per layer, "
+                             f"{c.n_layer} layers, got {got}")
+        dtype = self.head.weight.dtype
+        for i, (keys, values) in enumerate(cache):
+            for name, t in (("keys", keys), ("values", values)):
+                if not isinstance(t, torch.Tensor) or not t.is_cpu or t.dtype != dtype:
+                    raise ValueError(f"the cache's layer {i} {name} must be {dtype} tensors on "
+                                     f"the cpu, as this policy's parameters, got "
+                                     f"{getattr(t, 'dtype', type(t).__name__)} on "
+                                     f"{getattr(getattr(t, 'device', None), 'type', None)}: "
+                                     f"make the cache with new_cache")
+            if keys.dim() != 4 or keys.shape[1:3] != (c.n_head, hs) \
+                    or values.shape != (keys.shape[0], c.n_head, keys.shape[3], hs) \
+                    or keys.shape != cache[0][0].shape:
+                raise ValueError(f"the cache's layer {i} has keys {tuple(keys.shape)} and values "
+                                 f"{tuple(values.shape)}; this policy's config stores keys "
+                                 f"transposed, (B, nh, hs, L) = (B, {c.n_head}, {hs}, L), values "
+                                 f"(B, {c.n_head}, L, {hs}), every layer alike: make the cache "
+                                 f"with new_cache")
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

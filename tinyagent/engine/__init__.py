@@ -28,7 +28,8 @@ import weakref
 
 import torch
 
-from . import kernels
+from . import guard, kernels
+from ..checks import row_indices, token_ids
 from .arithmetic import PINS, pin_environment, torch_threads  # noqa: F401  (part of the seam)
 from .memory import keep_freed_memory
 
@@ -137,6 +138,7 @@ def features(policy, idx, keep=None):
     """`policy.features(idx)` (B, T, C); with `keep`, a bool (B, T), only the kept positions'
     features, `policy.features(idx)[keep]` (n, C), which the kernels compute without the rows
     nothing reads."""
+    token_ids("idx", idx, policy.cfg.vocab_size, empty=True)
     _check_keep(idx, keep)
     w = _kernel_weights(policy)
     if w is None or not idx.numel():
@@ -149,6 +151,7 @@ def features(policy, idx, keep=None):
 
 def head(policy, x):
     """`policy.head(x)`: the logits (..., V) of features x (..., C)."""
+    guard.tensor("head", "x", x, dtype=None)
     w = _kernel_weights(policy)
     if w is None:
         return policy.head(x)
@@ -166,7 +169,9 @@ class Decoder:
     """The policy's incremental decoding (a rollout's): `new_cache`, `prefill`, `step` and
     `compact` as `Policy` and its cache compute them. The kernels read the weights as they are
     when the decoder is made, so they must not change while it is in use (a rollout's weights do
-    not); without a gradient to record, with a float32 cache, the kernels compute each call."""
+    not); without a gradient to record, with a float32 cache, the kernels compute each call. Each
+    call checks its tokens, positions, rows and cache once, as `Policy` does, before any kernel
+    runs: the kernels write where the cache says."""
 
     def __init__(self, policy):
         self.policy = policy
@@ -190,14 +195,17 @@ class Decoder:
     def prefill(self, idx, cache):
         """`policy.prefill(idx, cache)`: a prefix idx (B, T) into the cache from position 0, and
         the logits (B, V) of the token that follows it."""
-        if not idx.numel() or not self._kernels(cache):
+        if not self._kernels(cache):
             return self.policy.prefill(idx, cache)
+        token_ids("the prefix idx", idx, self.policy.cfg.vocab_size)
         self.policy.check_positions(0, idx.shape[1], cache, idx.shape[0])
         from . import sequence_pass
         from .matmul import linear
         last = torch.zeros(idx.shape, dtype=torch.bool)
         last[:, -1] = True
         x = sequence_pass.features(self.policy, idx, self.weights, last, cache)      # (B, C)
+        if hasattr(cache, "filled"):                    # a policy.Cache counts its positions
+            cache.filled = idx.shape[1]
         head = self.policy.head
         return linear(x, head.weight, head.bias, self.weights.rows[head])           # (B, V)
 
@@ -207,16 +215,28 @@ class Decoder:
         stored."""
         if not self._kernels(cache):
             return self.policy.step(tokens, pos, cache, rows)
-        self.policy.check_positions(pos, 1, cache, tokens.shape[0])
-        return self.weights.token_pass(tokens, pos, cache, rows)
+        token_ids("tokens", tokens, self.policy.cfg.vocab_size, ndim=1)
+        row_indices("rows", rows, len(tokens))
+        self.policy.check_positions(pos, 1, cache, len(tokens))
+        logits = self.weights.token_pass(tokens, pos, cache, rows)
+        if hasattr(cache, "filled"):
+            cache.filled = pos + 1
+        return logits
 
     def compact(self, cache, keep, length):
         """The cache of the sequences `keep` (increasing indices into its rows) only, as a rollout
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
-        up in place)."""
+        up in place). A `policy.Cache` stays filled as far as it was, at most `length`."""
+        self.policy.check_cache(cache)
         if self.weights is None:
-            return [(k[keep], v[keep]) for k, v in cache]
+            from ..policy import Cache
+            keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
+            length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
+                                    "the positions filled, at most the cache's")
+            kept = [(k[keep], v[keep]) for k, v in cache]
+            return Cache(kept, cache.cfg, min(cache.filled, length)) \
+                if isinstance(cache, Cache) else kept
         from . import kvcache
         return kvcache.compact(cache, keep, length)
 
@@ -226,6 +246,7 @@ def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
     with the correctly rounded square root, in C), or torch.optim.Adam itself. Either keeps its
     learning rate in `param_groups[0]["lr"]`, which may be changed between steps."""
     start()
+    lr, betas, eps = guard.adam_settings(lr, betas, eps)   # torch's would take lr = inf
     if in_force() == "kernels":
         from .adam import Adam as EngineAdam
         return EngineAdam(params, lr=lr, betas=betas, eps=eps)

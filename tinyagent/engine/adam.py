@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
+from . import guard
 from .kernels import load
 
 _lib = load("Adam step")
@@ -38,13 +39,10 @@ class Adam:
     class, not a torch.optim.Optimizer: the step is the same, but constructing an Optimizer
     imports torch._dynamo, about a second at the start of every process that trains. Like
     torch's, it keeps its settings in `param_groups` (one group), whose "lr" may be changed
-    between steps (SFT's cosine schedule)."""
+    between steps (SFT's cosine schedule), within the same bounds: finite and positive."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
-        betas = tuple(betas)
-        if not (lr > 0 and eps > 0 and len(betas) == 2 and all(0 <= b < 1 for b in betas)):
-            raise ValueError(f"Adam needs lr > 0, eps > 0 and two betas in [0, 1); got lr={lr}, "
-                             f"betas={betas}, eps={eps}")
+        lr, betas, eps = guard.adam_settings(lr, betas, eps)
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got no parameters to optimize")
@@ -58,13 +56,25 @@ class Adam:
 
     @torch.no_grad()
     def step(self):
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient. Each parameter, its gradient and
+        its state are dense CPU tensors of one shape: a parameter resized since its state was
+        made (`p.data = bigger`) is refused, as torch's Adam refuses it."""
         group = self.param_groups[0]
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        lr, (beta1, beta2), eps = guard.adam_settings(group["lr"], group["betas"], group["eps"])
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
+            guard.tensor("Adam", f"parameter {i}", p, dtype=None)
+            guard.tensor("Adam", f"parameter {i}'s gradient", p.grad, dtype=None)
             state = self.state.get(i)
+            if p.grad.shape != p.shape or (state is not None
+                                           and not p.shape == state["exp_avg"].shape
+                                           == state["exp_avg_sq"].shape):
+                raise ValueError(
+                    f"Adam: parameter {i} has size {tuple(p.shape)}, its gradient "
+                    f"{tuple(p.grad.shape)} and its state "
+                    f"{tuple(state['exp_avg'].shape) if state else 'none yet'}: they must be one "
+                    f"size (a parameter resized after its first step needs a new Adam)")
             if state is None:
                 state = self.state[i] = {"step": 0, "exp_avg": torch.zeros_like(p),
                                          "exp_avg_sq": torch.zeros_like(p)}

@@ -18,9 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from . import kvcache, matmul   # `matmul._bmm` looked up at each call: `make bench` counts it
-from .gelu import gelu_backward, gelu_float32
-from .matmul import linear_backward, matmul_backward, scores_backward
-from .softmax import softmax, softmax_backward
+# the unchecked kernels (guard.py): the pass hands them tensors it made itself
+from .gelu import _gelu_backward as gelu_backward, _gelu_float32 as gelu_float32
+from .matmul import _linear_backward as linear_backward, _matmul_backward as matmul_backward
+from .matmul import _scores_backward as scores_backward
+from .softmax import _softmax as softmax, softmax_backward
 
 
 def features(policy, idx, weights, keep=None, cache=None):
@@ -68,7 +70,7 @@ def _forward(policy, rows, idx, saved, kept=None, cache=None):
         attn = block.attn
         qkv = _linear(_layer_norm(x, block.ln_1, saved), attn.qkv, rows, saved)      # (B, T, 3C)
         if cache is not None:
-            kvcache.store(qkv, cache[i], 0)
+            kvcache._store(qkv, cache[i], 0)
         q, k, v = (t.view(B, T, nh, C // nh).transpose(1, 2) for t in qkv.split(C, dim=2))
         p = softmax(matmul._bmm(q, k.transpose(-2, -1), scale, True), causal=True)
         y = matmul._bmm(p, v).transpose(1, 2).contiguous().view(B, T, C)

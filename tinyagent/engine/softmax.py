@@ -11,6 +11,7 @@ gradient is torch's softmax backward.
 import torch
 import torch.nn.functional as F
 
+from . import guard
 from .kernels import load
 
 _lib = load("causal softmax")
@@ -47,7 +48,13 @@ def softmax(att, causal=False):
     """softmax(att) over its last dimension, with `F.softmax`'s bits. With `causal`, att's last
     two dimensions are square and every entry above their diagonal is already -inf (attention's
     scores over a prefix, `matmul.scores`); those come out 0, as from torch, without being
-    computed."""
+    computed. A dense floating-point CPU tensor."""
+    guard.tensor("softmax", "att", att, dtype=None)
+    return _softmax(att, causal)
+
+
+def _softmax(att, causal=False):
+    """`softmax` of an att already checked (the engine's own passes)."""
     if not causal or att.dtype != torch.float32 or not att.is_contiguous() or att.numel() == 0 \
             or att.dim() < 2 or att.shape[-1] != att.shape[-2]:
         return F.softmax(att, dim=-1)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kvcache
-from .gelu import gelu_float32
+from .gelu import _gelu_float32 as gelu_float32    # unchecked (guard.py): `Decoder.step` checks
 from .matmul import _lib as _matmul
 
 
@@ -53,8 +53,8 @@ class OneTokenPass:
         x = self.wte[tokens] + self.wpe[pos]                                   # (B, C)
         for (ln_1, qkv, proj, ln_2, fc, fc_proj), layer in zip(self.layers, cache):
             q_k_v = linear(F.layer_norm(x, (C,), *ln_1), qkv)[:, None]      # (B, 1, 3C)
-            kvcache.store(q_k_v, layer, pos)
-            x += linear(kvcache.attend_one_token(q_k_v, layer, pos + 1)[:, 0], proj)
+            kvcache._store(q_k_v, layer, pos)
+            x += linear(kvcache._attend_one_token(q_k_v, layer, pos + 1)[:, 0], proj)
             h = linear(F.layer_norm(x, (C,), *ln_2), fc)                    # (B, 4C)
             x += linear(gelu_float32(h, keep_erf=False), fc_proj)
         x = F.layer_norm(x, (C,), *self.ln_f)

@@ -15,6 +15,7 @@ whose output does not depend on a trained run's digits), then says how many cell
 TINYAGENT_IMITATE_PLATFORM=arm64 (say) makes this module answer as another platform would; the
 tests use it to show the lax path.
 """
+import argparse
 import json
 import os
 import platform
@@ -62,20 +63,18 @@ def compared_cells(paths, lax):
     return compared, skipped
 
 
-USAGE = ("usage: python -m tinyagent.harness.contract            (exit 0 where the bits are promised)\n"
-         "       python -m tinyagent.harness.contract --summary NOTEBOOK.ipynb ...")
-
-
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    unknown = [a for a in argv[1:] if a.startswith("-")] if argv[:1] == ["--summary"] else argv
-    if unknown:
-        print(f"contract: unknown argument {unknown[0]!r}; allowed: none, or --summary followed "
-              f"by notebook paths\n{USAGE}", file=sys.stderr)
-        return 2
-    if argv[:1] == ["--summary"]:
-        strict = [p for p in argv[1:] if os.path.basename(p) < "10.6"]
-        lax = [p for p in argv[1:] if p not in strict]
+    """Exit 0 where the bits are promised, else 1 and why; with --summary, the closing line of a
+    lax run. Any other argument is refused (exit 2), before anything is computed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tinyagent.harness.contract", allow_abbrev=False,
+        description="exit 0 where the stored outputs promise bits, else 1 and why")
+    parser.add_argument("--summary", nargs="*", metavar="NOTEBOOK",
+                        help="print the closing line of a lax run over these notebooks")
+    args = parser.parse_args(argv)
+    if args.summary is not None:
+        strict = [p for p in args.summary if os.path.basename(p) < "10.6"]
+        lax = [p for p in args.summary if p not in strict]
         a, b = compared_cells(strict, lax=False), compared_cells(lax, lax=True)
         print(f"{a[0] + b[0]} cells compared, {a[1] + b[1]} not compared: their digits depend on "
               f"the arithmetic (make test STRICT=1 compares everything)")

@@ -162,13 +162,18 @@ def use_pinned_arithmetic():
     return check_arithmetic()
 
 
-if __name__ == "__main__":
+def main(argv=None):
+    """Print this process's fingerprint, or with --parts each part's hash. Any other argument is
+    refused (exit 2), before anything is computed."""
+    import argparse
     import json
-    import sys
-    if sys.argv[1:] not in ([], ["--parts"]):
-        sys.exit(f"fingerprint: unknown argument {sys.argv[1]!r}; allowed: none (prints the "
-                 f"fingerprint) or --parts (prints each part's hash)")
-    if sys.argv[1:] == ["--parts"]:
-        print(json.dumps(parts(), indent=1))
-    else:
-        print(fingerprint())
+    parser = argparse.ArgumentParser(prog="python -m tinyagent.harness.fingerprint",
+                                     description="print this process's arithmetic fingerprint",
+                                     allow_abbrev=False)       # --part is not --parts
+    parser.add_argument("--parts", action="store_true", help="print each part's hash instead")
+    args = parser.parse_args(argv)
+    print(json.dumps(parts(), indent=1) if args.parts else fingerprint())
+
+
+if __name__ == "__main__":
+    main()

@@ -76,7 +76,7 @@ def compare(rebuilt, shipped, attempts=ATTEMPTS):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--out", type=Path,
                         help=f"where to write the rebuilt checkpoint (default {SCRATCH})")
     parser.add_argument("--replace", action="store_true",
