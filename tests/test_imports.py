@@ -172,7 +172,7 @@ def test_the_layers_are_the_ones_the_design_names():
                                  "plots", "diagnostics", "pairs", "episodes", "entropy_collapse",
                                  "clip_batches", "agents", "exercises_exact", "exercise_runs",
                                  "batch_probes", "design_problems", "replication", "plan_parts",
-                                 "book_numbers", "book_status", "plan_v2", "replication_v2")}
+                                 "book_numbers", "book_status", "plan_v2", "replication_v2", "draw3")}
 
 
 def test_the_books_code_imports_the_engine_through_its_seam_only_and_neither_harness_nor_science():
