@@ -9,7 +9,7 @@ until a parameter changes: an optimizer step, `load_state_dict` or an in-place e
 parameter's version counter, a new tensor in `.data` changes its address, and either makes
 `current` false, so the next pass copies the rows again.
 """
-from operator import attrgetter, methodcaller
+from operator import attrgetter, is_, methodcaller
 
 import torch
 import torch.nn as nn
@@ -81,6 +81,13 @@ class Weights:
         self.slots = [(m._parameters, name, p) for m in modules
                       for name, p in m._parameters.items()]
         self.stamp = self._stamp()
+        # What `current` compares, as flat lists its maps walk in C: each module and parameter
+        # where it was found, and every hook dictionary a hook would be added to.
+        self.found = [list(column) for column in zip(*[(parent, name, module)
+                                                       for parent, name, module, _ in self.layout])]
+        self.found_params = [list(column) for column in zip(*self.slots)]
+        self.hooks = [d for m in (policy, *modules) for d in (
+            m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)]
         self.ordered = [policy.wte.weight, policy.wpe.weight]
         for b in policy.blocks:
             for module in (b.ln_1, b.attn.qkv, b.attn.proj, b.ln_2, b.mlp.fc, b.mlp.proj):
@@ -102,9 +109,9 @@ class Weights:
     def current(self, policy):
         """Whether these rows are still the policy's weights, and its structure is still the one
         the kernels compute (no module replaced, no hook added, no parameter swapped)."""
-        if _global_hooks() or _hooked(policy) or any(
-                modules.get(name) is not module or _hooked(module)
-                for modules, name, module, _ in self.layout):
-            return False
-        return all(params.get(name) is p for params, name, p in self.slots) \
+        parents, names, modules = self.found
+        params, param_names, tensors = self.found_params
+        return not (_global_hooks() or any(self.hooks)) \
+            and all(map(is_, map(dict.get, parents, names), modules)) \
+            and all(map(is_, map(dict.get, params, param_names), tensors)) \
             and self._stamp() == self.stamp
