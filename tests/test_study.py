@@ -150,8 +150,8 @@ def test_a_file_without_a_manifest_or_unreadable_says_to_run_make_study(tmp_path
 
 def test_records_group_by_agent_and_seed():
     records = [study.record(s, a, seed, fake_run(), study.EXPECTED) for a in ("x", "y")
-               for s in ("none", "k") for seed in (1, 0)]
-    grouped = study.by_agent(records, settings=("none", "k"))
+               for s in ("none", "k3 beta=0.3") for seed in (1, 0)]
+    grouped = study.by_agent(records, settings=("none", "k3 beta=0.3"))
     assert list(grouped) == ["x", "y"] and len(grouped["x"]) == 2
     assert [per_seed["none"]["seed"] for per_seed in grouped["y"]] == [0, 1]
 
@@ -362,3 +362,14 @@ def test_a_pilot_number_out_of_range_is_refused_even_with_its_manifest_recompute
     manifest.write_text("{ truncated")
     with pytest.raises(study.StaleStudy, match="pilot_manifest.json cannot be read"):
         study.load_pilot(path, manifest)
+
+
+@pytest.mark.parametrize("records, settings, words", [
+    ([], ("no such setting",), ["settings", "none"]),
+    ([], "none", ["settings", "among"]),
+    ("records", study.SETTINGS, ["records", "list"]),
+])
+def test_by_agent_refuses_what_would_leave_every_seed_out(records, settings, words):
+    with pytest.raises((TypeError, ValueError)) as err:
+        study.by_agent(records, settings)
+    assert all(w in str(err.value) for w in words)

@@ -436,7 +436,15 @@ def provenance(records):
 
 def by_agent(records, settings=SETTINGS):
     """{agent: [one {setting: record} per seed]}, seeds in order, each seed with a record of
-    every setting: the shape the claims read."""
+    every setting: the shape the claims read. A setting outside the study's nine is refused (it
+    would leave every seed out, silently)."""
+    if not isinstance(records, (list, tuple)):
+        raise TypeError(f"records must be a list of the study's records (load_records), got "
+                        f"{type(records).__name__}")
+    unknown = [s for s in settings if s not in SETTINGS]
+    if isinstance(settings, str) or unknown:
+        raise ValueError(f"settings must be among the study's: {', '.join(SETTINGS)}; got "
+                         f"{[settings] if isinstance(settings, str) else unknown}")
     table = {}
     for r in records:
         table.setdefault(r["agent"], {}).setdefault(r["seed"], {})[r["setting"]] = r
