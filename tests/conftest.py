@@ -38,3 +38,14 @@ def default_engine(monkeypatch):
     engine.use(None)
     yield
     engine.use(None)
+
+
+@pytest.fixture
+def kernels_engine():
+    """The body on the engine's C kernels, for tests of the kernels themselves (skipped, saying
+    why, where the extension is not built)."""
+    if not engine.kernels.available():
+        pytest.skip("the engine's C kernels are not built")
+    engine.use("kernels")
+    yield
+    engine.use(None)

@@ -10,13 +10,7 @@ from tinyagent.engine import kvcache
 from tinyagent.policy import Policy
 
 
-@pytest.fixture(autouse=True)
-def _the_kernels():
-    if not engine.kernels.available():
-        pytest.skip("the engine's C kernels are not built")
-    engine.use("kernels")
-    yield
-    engine.use(None)
+pytestmark = pytest.mark.usefixtures("kernels_engine")   # tests of the kernels themselves
 
 
 def decoded(policy, idx, prefix, direct):

@@ -113,8 +113,9 @@ def c_sources():
 
 def code_digest(name):
     """A hash of the code of module `name` and of every package module it imports, as this process
-    reads them now (callers keep the value they computed at import, so a file edited mid-session
-    cannot relabel old results). The C kernels count as the code of `kernels`, byte for byte."""
+    reads them now (callers keep the value they computed at import, so a file edited while a
+    process runs cannot relabel old results). The C kernels count as the code of `kernels`, byte
+    for byte."""
     h = hashlib.sha256()
     for module in imported_modules(name):
         h.update(source_digest(module_path(module).read_text()).encode())
