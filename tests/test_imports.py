@@ -162,7 +162,7 @@ def test_the_layers_are_the_ones_the_design_names():
     assert set(TOP) == {"vocab", "gym", "policy", "sampler", "kl", "grpo", "regularize", "evaluation",
                         "exact", "pretrain", "chapter9", "checks", "files", "checkpoint"}
     assert {m for m in MODULES if _layer(m) == "engine"} == {"engine"} | {
-        f"engine.{m}" for m in ("adam", "arithmetic", "gelu", "guard", "kernels", "kvcache", "matmul",
+        f"engine.{m}" for m in ("adam", "arithmetic", "gelu", "guard", "kernel_policy", "kernels", "kvcache", "matmul",
                                 "memory", "sequence_pass", "softmax", "token_pass", "weights")}
     assert {m for m in MODULES if _layer(m) == "harness"} == {"harness"} | {
         f"harness.{m}" for m in ("fingerprint", "cache", "runs", "cluster", "doctor", "bench",

@@ -50,7 +50,7 @@ def test_the_engines_weights_are_the_transposed_weights_and_follow_every_change(
         and the engine's logits equal to those of a fresh copy with the same weights."""
         with torch.no_grad():
             engine.logits(policy, idx)
-        held = engine._weights[policy]
+        held = engine._forms[policy]
         change()
         still = held.current(policy)
         with torch.no_grad():
@@ -60,8 +60,8 @@ def test_the_engines_weights_are_the_transposed_weights_and_follow_every_change(
         with torch.no_grad():
             expected = engine.logits(fresh, idx)
         if engine.in_force() == "kernels":
-            assert engine._weights[policy] is not held
-            assert _rows_are_the_transposed_weights(policy, engine._weights[policy])
+            assert engine._forms[policy] is not held
+            assert _rows_are_the_transposed_weights(policy, engine._forms[policy].weights)
         assert torch.equal(after, expected)
         return still
 
@@ -84,7 +84,7 @@ def test_the_engines_weights_are_the_transposed_weights_and_follow_every_change(
     assert not changed(in_place)
     with torch.no_grad():
         engine.logits(policy, idx)
-    assert engine._weights[policy].current(policy)            # and nothing else invalidates them
+    assert engine._forms[policy].current(policy)            # and nothing else invalidates them
 
 
 def test_a_prefix_decoded_in_inference_mode_first_still_trains():

@@ -50,11 +50,11 @@ def through(monkeypatch):
 
 def _warm(policy, warm):
     """The seam's weights of `policy` held from an earlier pass (warm) or made by this one."""
-    engine._weights.pop(policy, None)
+    engine._forms.pop(policy, None)
     if warm:
         with torch.no_grad():
             engine.features(policy, torch.zeros(1, 1, dtype=torch.long))
-        assert engine._weights[policy].current(policy)
+        assert engine._forms[policy].current(policy)
 
 
 def _logits_and_gradients(policy, idx, logits):
@@ -299,7 +299,7 @@ def test_where_the_pass_would_differ_the_modules_compute(change):
     policy = Policy(seed=5)
     idx = torch.randint(0, policy.cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
     before = engine.logits(policy, idx).detach().double()
-    assert why_not(policy) is None and engine._weights[policy].current(policy)
+    assert why_not(policy) is None and engine._forms[policy].current(policy)
     policy = change(policy)
     assert why_not(policy) is not None
     assert type(engine.features(policy, idx).grad_fn).__name__ != "_SequencePassBackward"

@@ -69,23 +69,23 @@ def test_the_token_pass_runs_only_where_it_applies(monkeypatch):
                         lambda self, *args: calls.append(1) or plain(self, *args))
     policy = Policy(seed=1)
     decoder = engine.Decoder(policy)
-    assert decoder.weights is not None and isinstance(decoder.weights.token_pass, OneTokenPass)
+    assert decoder.kernels is not None
     cache = policy.new_cache(2)
     with torch.no_grad():
         decoder.step(torch.tensor([1, 2]), 0, cache)
-    assert len(calls) == 1
+    assert len(calls) == 1 and isinstance(decoder.kernels.token_pass, OneTokenPass)
     decoder.step(torch.tensor([1, 2]), 1, cache).sum().backward()      # grad enabled: the modules
     assert len(calls) == 1 and policy.head.weight.grad is not None
     with torch.no_grad():
-        assert decoder._kernels(cache)
-        assert not decoder._kernels([(k.double(), v.double()) for k, v in cache])
+        assert decoder._computer(cache) is decoder.kernels
+        assert decoder._computer([(k.double(), v.double()) for k, v in cache]) is policy
     double = Policy(seed=1).double()
-    assert engine.Decoder(double).weights is None
+    assert engine.Decoder(double).kernels is None
     with torch.no_grad():
         engine.Decoder(double).step(torch.tensor([1, 2]), 0, double.new_cache(2))
     assert len(calls) == 1
     engine.use("torch")
-    assert engine.Decoder(policy).weights is None
+    assert engine.Decoder(policy).kernels is None
     with torch.no_grad():
         engine.Decoder(policy).step(torch.tensor([1, 2]), 0, policy.new_cache(2))
     assert len(calls) == 1

@@ -29,7 +29,6 @@ import weakref
 import torch
 
 from . import guard, kernels
-from ..checks import row_indices, token_ids
 from .arithmetic import PINS, pin_environment, torch_threads  # noqa: F401  (part of the seam)
 from .memory import keep_freed_memory
 
@@ -37,7 +36,7 @@ ENGINES = ("kernels", "torch")
 VARIABLE = "TINYAGENT_ENGINE"
 _chosen = None                           # set by `use`; None: the environment's, else "kernels"
 _decided = None                          # the engine in force, once decided
-_weights = weakref.WeakKeyDictionary()   # policy -> weights.Weights, while they are current
+_forms = weakref.WeakKeyDictionary()     # policy -> its KernelPolicy, while current
 _told = set()                            # the notices already printed
 _started = False
 
@@ -101,8 +100,9 @@ def start():
                 f"load a checkpoint) before computing with torch")
 
 
-def _kernel_weights(policy):
-    """The policy's `weights.Weights` if the kernels compute it now, else None."""
+def _kernel_form(policy):
+    """The policy as the kernels compute it (kernel_policy.KernelPolicy), or None where its
+    modules compute it: on the torch engine, and for a policy the kernels do not handle."""
     start()
     if in_force() != "kernels":
         if requested() == "kernels":
@@ -111,53 +111,37 @@ def _kernel_weights(policy):
                     "`pip install -e .` with a C compiler builds them")
         return None
     from ..policy import Policy
-    from .weights import Weights, why_not
-    w = _weights.get(policy)
-    if w is not None and w.current(policy):
-        return w
-    _weights.pop(policy, None)
+    from .kernel_policy import KernelPolicy
+    from .weights import why_not
+    form = _forms.get(policy)
+    if form is not None and form.current(policy):
+        return form
+    _forms.pop(policy, None)
     reason = why_not(policy) if type(policy) is Policy else f"it is a {type(policy).__name__}"
     if reason is not None:
         if "float32" not in reason:
             _notice(f"the plain modules compute this policy, with other digits than the stored "
                     f"outputs: {reason}")
         return None
-    w = _weights[policy] = Weights(policy)
-    return w
-
-
-def _check_keep(idx, keep):
-    if keep is not None and (not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool
-                             or keep.shape != idx.shape):
-        raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}; got "
-                         f"{getattr(keep, 'dtype', type(keep).__name__)} "
-                         f"{tuple(getattr(keep, 'shape', ()))}")
+    form = _forms[policy] = KernelPolicy(policy)
+    return form
 
 
 def features(policy, idx, keep=None):
     """`policy.features(idx)` (B, T, C); with `keep`, a bool (B, T), only the kept positions'
     features, `policy.features(idx)[keep]` (n, C), which the kernels compute without the rows
     nothing reads."""
-    token_ids("idx", idx, policy.cfg.vocab_size, empty=True)
-    _check_keep(idx, keep)
-    w = _kernel_weights(policy)
-    if w is None or not idx.numel():
-        out = policy.features(idx)
-        return out if keep is None else out[keep]
-    policy.check_positions(0, idx.shape[1])
-    from . import sequence_pass
-    return sequence_pass.features(policy, idx, w, keep)
+    kernels = _kernel_form(policy)
+    if kernels is not None:
+        return kernels.features(idx, keep)
+    out = policy.features(idx)
+    return out if keep is None else out[guard.position_mask(idx, keep)]
 
 
 def head(policy, x):
     """`policy.head(x)`: the logits (..., V) of features x (..., C)."""
-    guard.tensor("head", "x", x, dtype=None)
-    w = _kernel_weights(policy)
-    if w is None:
-        return policy.head(x)
-    from .matmul import linear
-    layer = policy.head
-    return linear(x, layer.weight, layer.bias, w.rows[layer])
+    kernels = _kernel_form(policy)
+    return policy.head(x) if kernels is None else kernels.head(x)
 
 
 def logits(policy, idx):
@@ -169,23 +153,16 @@ class Decoder:
     """The policy's incremental decoding (a rollout's): `new_cache`, `prefill`, `step` and
     `compact` as `Policy` and its cache compute them. The kernels read the weights as they are
     when the decoder is made, so they must not change while it is in use (a rollout's weights do
-    not); without a gradient to record, with a float32 cache, the kernels compute each call. Each
-    call checks its tokens, positions, rows and cache once, as `Policy` does, before any kernel
-    runs: the kernels write where the cache says."""
+    not); they compute each call that records no gradient, into a float32 cache."""
 
     def __init__(self, policy):
-        self.policy = policy
-        self.weights = _kernel_weights(policy)
-        if self.weights is not None and self.weights.token_pass is None:
-            from .token_pass import OneTokenPass
-            self.weights.token_pass = OneTokenPass(policy, self.weights)
+        self.policy, self.kernels = policy, _kernel_form(policy)
 
-    def _kernels(self, cache):
-        """Whether the kernels compute a call on `cache` now."""
-        if self.weights is None or torch.is_grad_enabled():
-            return False
-        from . import kvcache
-        return kvcache.in_place(cache)
+    def _computer(self, cache):
+        """Who computes a call on `cache`: the kernels, or the policy's modules."""
+        if self.kernels is not None and self.kernels.computes(cache):
+            return self.kernels
+        return self.policy
 
     def new_cache(self, batch_size, length=None):
         """`policy.new_cache(batch_size, length)`: empty keys and values for `batch_size`
@@ -195,50 +172,29 @@ class Decoder:
     def prefill(self, idx, cache):
         """`policy.prefill(idx, cache)`: a prefix idx (B, T) into the cache from position 0, and
         the logits (B, V) of the token that follows it."""
-        if not self._kernels(cache):
-            return self.policy.prefill(idx, cache)
-        token_ids("the prefix idx", idx, self.policy.cfg.vocab_size)
-        self.policy.check_positions(0, idx.shape[1], cache, idx.shape[0])
-        from . import sequence_pass
-        from .matmul import linear
-        last = torch.zeros(idx.shape, dtype=torch.bool)
-        last[:, -1] = True
-        x = sequence_pass.features(self.policy, idx, self.weights, last, cache)      # (B, C)
-        if hasattr(cache, "filled"):                    # a policy.Cache counts its positions
-            cache.filled = idx.shape[1]
-        head = self.policy.head
-        return linear(x, head.weight, head.bias, self.weights.rows[head])           # (B, V)
+        return self._computer(cache).prefill(idx, cache)
 
     def step(self, tokens, pos, cache, rows=None):
         """`policy.step(tokens, pos, cache, rows)`: the logits (B, V), or (len(rows), V), after
         feeding one token per sequence at position `pos`; every sequence's keys and values are
         stored."""
-        if not self._kernels(cache):
-            return self.policy.step(tokens, pos, cache, rows)
-        token_ids("tokens", tokens, self.policy.cfg.vocab_size, ndim=1)
-        row_indices("rows", rows, len(tokens))
-        self.policy.check_positions(pos, 1, cache, len(tokens))
-        logits = self.weights.token_pass(tokens, pos, cache, rows)
-        if hasattr(cache, "filled"):
-            cache.filled = pos + 1
-        return logits
+        return self._computer(cache).step(tokens, pos, cache, rows)
 
     def compact(self, cache, keep, length):
         """The cache of the sequences `keep` (increasing indices into its rows) only, as a rollout
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
         up in place). A `policy.Cache` stays filled as far as it was, at most `length`."""
+        if self.kernels is not None:
+            return self.kernels.compact(cache, keep, length)
+        from ..policy import Cache
         self.policy.check_cache(cache)
-        if self.weights is None:
-            from ..policy import Cache
-            keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
-            length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
-                                    "the positions filled, at most the cache's")
-            kept = [(k[keep], v[keep]) for k, v in cache]
-            return Cache(kept, cache.cfg, min(cache.filled, length)) \
-                if isinstance(cache, Cache) else kept
-        from . import kvcache
-        return kvcache.compact(cache, keep, length)
+        keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
+        length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
+                                "the positions filled, at most the cache's")
+        kept = [(k[keep], v[keep]) for k, v in cache]
+        return Cache(kept, cache.cfg, min(cache.filled, length)) \
+            if isinstance(cache, Cache) else kept
 
 
 def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):

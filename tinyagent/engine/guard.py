@@ -4,7 +4,7 @@ A kernel gets raw addresses and sizes (c/bindings.c reads every size as a C int)
 a tensor on the meta device has the address 0, a float16 tensor holds half the bytes a float32
 kernel reads, an expanded tensor one element where the kernel reads millions, a position past the
 cache is memory of another tensor. Each public function of matmul.py, gelu.py, softmax.py,
-kvcache.py and adam.py, and the seam (`Decoder`, `features`, `logits`), checks its operands here
+kvcache.py and adam.py, and each call of kernel_policy.py, checks its operands here
 once, before any kernel runs, and refuses with an error naming what is allowed. The engine's own
 passes (sequence_pass.py, token_pass.py) call the unchecked kernels on the tensors they made, so
 the hot path pays one check per call of the seam, not one per kernel.
@@ -73,6 +73,16 @@ def position(where, name, value, low, high, what):
         raise ValueError(f"{where}: {name} must be an integer in [{low}, {high}] ({what}), got "
                          f"{value!r}")
     return int(value)
+
+
+def position_mask(idx, keep):
+    """`keep` if it is a bool tensor shaped like the tokens idx: the positions whose features a
+    pass computes (`features`' `keep`)."""
+    if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.shape != idx.shape:
+        raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}; got "
+                         f"{getattr(keep, 'dtype', type(keep).__name__)} "
+                         f"{tuple(getattr(keep, 'shape', ()))}")
+    return keep
 
 
 def kept_rows(where, keep, n):

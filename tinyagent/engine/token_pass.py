@@ -19,7 +19,7 @@ from .matmul import _lib as _matmul
 
 
 class OneTokenPass:
-    """`Policy.step` for a policy the kernels compute (`weights.Weights` builds it, and drops it
+    """`Policy.step` for a policy the kernels compute (`kernel_policy.KernelPolicy` builds it, and drops it
     when a weight changes), on a float32 cache, without a gradient to record."""
 
     def __init__(self, policy, weights):
