@@ -128,3 +128,29 @@ def test_part_by_seed_puts_each_seeds_value_in_its_row():
     table = E.part_by_seed(by_part, "per_token", ["b: other", "a: other"], seeds=[3, 4])
     assert table.loc[4, "a: other"] == 0.5 and table.loc[3, "b: other"] == 0.2
     assert list(table.columns) == ["b: other", "a: other"]
+
+
+def _record(setting, agent, seed, passed):
+    return {"setting": setting, "agent": agent, "seed": seed,
+            "eval": {"passed_per_task": passed, "pass@1": sum(passed) / (16 * len(passed))}}
+
+
+def test_the_paired_pass_rates_by_kind_of_task_average_to_the_paired_pass1():
+    """Two settings at the same agent and seed: the log-reading tasks' and the others' paired
+    differences, weighted by how many tasks each kind has, give the paired pass@1 difference;
+    a run without its partner is left out, and no pair at all is refused."""
+    log = [t.needs_log for t in HELDOUT_TASKS]
+    g = torch.Generator().manual_seed(0)
+    records = [_record(s, a, seed, torch.randint(0, 17, (10,), generator=g).tolist())
+               for s in ("a", "b") for a in ("x", "y") for seed in range(3)]
+    records.append(_record("a", "x", 7, [16] * 10))                      # no partner in "b"
+    out = E.paired_pass_by_kind(records, "a", "b")
+    assert {k: v.shape for k, v in out.items()} == {"x": (3, 2), "y": (3, 2)}
+    by = {(r["setting"], r["agent"], r["seed"]): r["eval"]["pass@1"] for r in records}
+    share = sum(log) / len(log)
+    for agent, rows in out.items():
+        for seed, (on_log, others) in enumerate(rows):
+            assert share * on_log + (1 - share) * others == pytest.approx(
+                by["a", agent, seed] - by["b", agent, seed])
+    with pytest.raises(ValueError, match="no agent and seed"):
+        E.paired_pass_by_kind(records, "a", "c")

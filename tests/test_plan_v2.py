@@ -210,3 +210,19 @@ def test_the_reanalysis_under_the_full_rule_is_stable_as_the_plan_says():
     unstable = list(tables["pilot"].index[tables["pilot"]["unstable"]])
     assert unstable == ["bonus01_nopass"] and tables["pilot"].loc["bonus01_nopass", "verdict"] == "unresolved"
     assert "bonus01_nopass" in plan_v2.RULE["stability"]
+
+
+def test_stability_is_the_share_of_halves_that_keep_the_draws_verdict():
+    """Runs that all hold keep "holds" in every half; a share of runs just above one half (0.53 of
+    1,200 runs: z about 2.1) holds on the whole draw and is lost by halves (z about 1.5)."""
+    claim = _claim("bound", 0.5, share=True)
+    clear = {a: np.ones((8, 1)) for a in "abcd"}
+    out = replication_v2.stability([claim], clear, splits=3, resamples=500,
+                                   whole=plan_v2.verdicts([claim], clear, 500, (0,))["verdict"])
+    assert out.loc["x", "verdict"] == "holds" and out.loc["x", "halves keep it"] == 1.0
+    edge = {a: np.array([1.0] * 106 + [0.0] * 94)[:, None] for a in "abcdef"}   # 0.53 of 200
+    whole = plan_v2.verdicts([claim], edge, resamples=2000, seeds=(0,))["verdict"]
+    out = replication_v2.stability([claim], edge, splits=3, resamples=1000, whole=whole)
+    assert out.loc["x", "verdict"] == "holds" and out.loc["x", "halves keep it"] < 1.0
+    with pytest.raises(ValueError, match="splits"):
+        replication_v2.stability([claim], clear, splits=0)

@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..evaluation import heldout_rollout
+from ..evaluation import ATTEMPTS, heldout_rollout
 from ..gym import HELDOUT_TASKS
 from ..harness.runs import policy_from_state
 from .diagnostics import malformed_calls
@@ -127,6 +127,29 @@ def malformed_price(batches):
     return {"with": np.mean(with_malformed), "episodes with": len(with_malformed),
             "without": np.mean(without), "episodes without": len(without),
             "cost": np.mean(without) - np.mean(with_malformed)}
+
+
+def paired_pass_by_kind(records, a, b, tasks=HELDOUT_TASKS):
+    """Setting `a` minus setting `b` at the same agent and seed, over a study's records: each
+    pair's held-out pass rate on the log-reading tasks and on the majority's, as
+    {agent: (seeds, 2)} in seed order (the layout `plan_v2.hierarchical_means` resamples)."""
+    log = np.array([t.needs_log for t in tasks])
+    rate = {}
+    for r in records:
+        passed = np.asarray(r["eval"]["passed_per_task"], dtype=float)
+        if len(passed) != len(tasks):
+            raise ValueError(f"a record counts {len(passed)} tasks' passes, not the {len(tasks)} "
+                             f"held-out tasks")
+        rate[r["setting"], r["agent"], r["seed"]] = passed
+    out = {}
+    for (setting, agent, seed), passed in sorted(rate.items(), key=lambda kv: kv[0][2]):
+        if setting != a or (b, agent, seed) not in rate:
+            continue
+        diff = (passed - rate[b, agent, seed]) / ATTEMPTS
+        out.setdefault(agent, []).append([diff[log].mean(), diff[~log].mean()])
+    if not out:
+        raise ValueError(f"no agent and seed has runs of both {a!r} and {b!r}")
+    return {agent: np.array(rows) for agent, rows in out.items()}
 
 
 def heldout_batches(runs):

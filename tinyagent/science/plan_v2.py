@@ -95,11 +95,24 @@ def _v2_parts(key, declared, claim, signed):
     return tuple(RulePart(p.name, p.per_run, kind, center, margin, sign) for p in signed[key])
 
 
+def _chapter_claims():
+    """{key: (the chapter's claim, what its measure reads: a run's "summary" or the "run")}."""
+    by_key = {c.key: (c, "summary") for c in comparison_claims()}
+    return by_key | {c.key: (c, "run") for c in figure_claims() + entropy_fall_claims()
+                     + beta_size_claims()}
+
+
+def book_values(claims):
+    """Each claim's quantity in the book's single run (its `book`; None where the book prints
+    none), one per claim of `claims`."""
+    by_key = _chapter_claims()
+    return pd.Series([by_key[c.key][0].book for c in claims],
+                     index=pd.Index([c.key for c in claims], name="claim"), name="book")
+
+
 def scored_claims(keys=None):
     """The v2 plan's claims (all, or those of `keys`), in its order, with their parts."""
-    by_key = {c.key: (c, "summary") for c in comparison_claims()}
-    by_key |= {c.key: (c, "run") for c in figure_claims() + entropy_fall_claims()
-               + beta_size_claims()}
+    by_key = _chapter_claims()
     signed = signed_parts()
     out = []
     for key, declared in PLAN["claims"].items():
@@ -350,6 +363,22 @@ def table(claims, values_by_agent, resamples=RESAMPLES, seeds=BOOTSTRAP_SEEDS):
                           and all(row[a] == row["verdict"] for a in agents) else ""
                           for _, row in out.iterrows()]
     return out
+
+
+# The earlier rule's claims that v2 merged into one: 10.8's name -> the claim v2 scores.
+MERGED = {"beta1_few_reads": "beta1_reads"}
+
+
+def beside_five_seeds(five_seed, draw):
+    """A notebook's five-seed claims table (`report.score_claims`) beside a draw's v2 verdict
+    table (`table`): each claim's count and category on the notebook's seeds, then the draw's
+    estimand, estimate, interval and verdict, and the shipped agent's own verdict."""
+    v2 = draw.loc[[MERGED.get(k, k) for k in five_seed.index]].set_axis(five_seed.index)
+    return pd.DataFrame({
+        "five seeds": five_seed["holds in"].astype(str) + " of " + five_seed["of seeds"].astype(str),
+        "category": five_seed["category"], "draw: estimand": v2["estimand"],
+        "effect": v2["effect"].round(3), "low": v2["low"].round(3), "high": v2["high"].round(3),
+        "draw verdict (v2, re-analysis)": v2["verdict"], "shipped agent alone": v2["rl_base"]})
 
 
 def study_values(records, claims=None):

@@ -64,6 +64,29 @@ def replication(claims, first_values, second_values, names=("fresh draw", "third
     return per_claim, goal_table(agreement(list(first), list(second)))
 
 
+def stability(claims, values_by_agent, splits=20, resamples=4000, seed=0, whole=None):
+    """How stable each verdict of a draw is: `splits` random splits of every agent's seeds into
+    two halves, each half scored alone by rule v2 (one bootstrap generator seed, `resamples`
+    resamples). Returns, per claim, the draw's own verdict (`plan_v2.verdicts` at the plan's
+    resamples) and the share of the 2 x `splits` halves that give that same verdict: near 1, half
+    the seeds already decide it; near 0, the verdict rests on every seed the draw has. `whole`:
+    the draw's verdicts, if `plan_v2.verdicts` has computed them already."""
+    claims = plan_v2._check(claims, values_by_agent, min_seeds=4)
+    splits, seed = positive_int("splits", splits), seed_int("seed", seed)
+    resamples = int_in("resamples", resamples, 100, 10 ** 7)
+    if whole is None:
+        whole = plan_v2.verdicts(claims, values_by_agent)["verdict"]
+    rng = np.random.default_rng(seed)
+    kept = np.zeros(len(claims))
+    for split in range(splits):
+        order = {a: rng.permutation(len(v)) for a, v in values_by_agent.items()}
+        for h in range(2):
+            half = {a: v[np.sort(order[a][h::2])] for a, v in values_by_agent.items()}
+            found = plan_v2.verdicts(claims, half, resamples, (2 * split + h,))["verdict"]
+            kept += (found == whole).to_numpy()
+    return pd.DataFrame({"verdict": whole, "halves keep it": kept / (2 * splits)})
+
+
 def _constant(verdict):
     return lambda claims, values: [verdict] * len(claims)
 
