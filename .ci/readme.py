@@ -206,7 +206,7 @@ VERBS = {"holds": "hold", "does not hold": "do not hold"}   # the rule's verdict
 
 def section_10_7_evidence():
     nb = "10.7_evidence.ipynb"
-    counts = output(nb, starting("verdict"), last=True)          # the fresh draw's verdicts
+    counts = output(nb, starting("v2", "verdict"))                # the fresh draw under rule v2
     verdicts = {}
     for line in counts.splitlines()[1:]:
         words = line.split()
@@ -214,13 +214,12 @@ def section_10_7_evidence():
             verdicts[" ".join(words[:-1])] = int(words[-1])
     provenance = output(nb, starting("runs:", "code"), last=True)         # the fresh draw's
     runs = sum(int(line.split()[0]) for line in provenance.splitlines() if "runs:" in line)
-    goal = output(nb, starting("measured", "goal", "met"))
-    same = row(goal, "same verdict")
+    third = line_of(output(nb, line_starting("third draw:")), "third draw:").split(":", 1)[1]
     told = ", ".join(f"{n} {VERBS.get(verdict, 'are ' + verdict)}" for verdict, n in verdicts.items())
     return (nb, f"the appendix: each of the chapter's {sum(verdicts.values())} claims about "
-                f"TinyAgent decided on {runs:,} fresh runs by a rule committed before them ({told}), "
-                f"the same verdict as the pilot's for {same[0]} of them (the plan's goal: "
-                f"{' '.join(same[1:-1])}), and every difference from the book with its measurement")
+                f"TinyAgent decided on {runs:,} runs by rule v2 ({told}), a re-analysis, since the "
+                f"rule was argued from those runs; its test is a third draw on new base agents "
+                f"({third.strip()}); and every difference from the book with its measurement")
 
 
 def section_10_8():
