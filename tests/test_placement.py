@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from tinyagent.science import placement as P
 from tinyagent.science.placement import book_in_distribution, columns_by_agent
 
 
@@ -46,3 +47,15 @@ def test_our_runs_missing_empty_or_nan_are_refused_naming_which(ours, words):
     with pytest.raises(ValueError) as info:
         book_in_distribution({"none": {"pass@1": 0.5}}, ours, ["pass@1"])
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_seed_noise_pools_the_variance_within_agents_and_ignores_their_means():
+    """Two agents whose runs differ only by an offset: the offset adds nothing; the pooled seed
+    sd is the root of the agents' mean variance, and a two-seed difference's is sqrt 2 times it."""
+    ours = {"a": {"s": {"pass@1": [0.1, 0.3, 0.2]}}, "b": {"s": {"pass@1": [0.6, 0.8, 0.7, 0.9]}}}
+    out = P.seed_noise(ours, ["s"], "pass@1").loc["s"]
+    pooled = np.sqrt((np.var([0.1, 0.3, 0.2], ddof=1) + np.var([0.6, 0.8, 0.7, 0.9], ddof=1)) / 2)
+    assert out["seed sd"] == pytest.approx(pooled)
+    assert out["two-seed difference sd"] == pytest.approx(np.sqrt(2) * pooled)
+    with pytest.raises(ValueError, match="not among"):
+        P.seed_noise(ours, ["t"], "pass@1")

@@ -67,3 +67,17 @@ def columns_by_agent(summaries, settings, columns):
     `book_in_distribution` reads: agent -> setting -> column -> the values over seeds."""
     return {agent: {label: {col: [s[label][col] for s in per_seed] for col in columns}
                     for label in settings} for agent, per_seed in summaries.items()}
+
+
+def seed_noise(ours_by_agent, settings, column):
+    """How much `column` moves between two seeds of one setting and base agent: per setting, the
+    standard deviation over seeds within each agent (pooled: the root of the agents' mean
+    variance), and that of a difference between two seeds' runs (sqrt 2 times it), the noise a
+    single-run comparison carries. `ours_by_agent` as `columns_by_agent` gives it."""
+    rows = {}
+    for setting in settings:
+        variances = [np.var(_runs(agent, by_setting, setting, column), ddof=1)
+                     for agent, by_setting in ours_by_agent.items()]
+        sd = math.sqrt(float(np.mean(variances)))
+        rows[setting] = {"seed sd": sd, "two-seed difference sd": math.sqrt(2) * sd}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("setting")
