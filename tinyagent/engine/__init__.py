@@ -195,6 +195,7 @@ class Decoder:
     def prefill(self, idx, cache):
         """`policy.prefill(idx, cache)`: a prefix idx (B, T) into the cache from position 0, and
         the logits (B, V) of the token that follows it."""
+        guard.cache("Decoder.prefill", cache)
         if not self._kernels(cache):
             return self.policy.prefill(idx, cache)
         token_ids("the prefix idx", idx, self.policy.cfg.vocab_size)
@@ -204,8 +205,7 @@ class Decoder:
         last = torch.zeros(idx.shape, dtype=torch.bool)
         last[:, -1] = True
         x = sequence_pass.features(self.policy, idx, self.weights, last, cache)      # (B, C)
-        if hasattr(cache, "filled"):                    # a policy.Cache counts its positions
-            cache.filled = idx.shape[1]
+        cache.filled = idx.shape[1]
         head = self.policy.head
         return linear(x, head.weight, head.bias, self.weights.rows[head])           # (B, V)
 
@@ -213,21 +213,22 @@ class Decoder:
         """`policy.step(tokens, pos, cache, rows)`: the logits (B, V), or (len(rows), V), after
         feeding one token per sequence at position `pos`; every sequence's keys and values are
         stored."""
+        guard.cache("Decoder.step", cache)
         if not self._kernels(cache):
             return self.policy.step(tokens, pos, cache, rows)
         token_ids("tokens", tokens, self.policy.cfg.vocab_size, ndim=1)
         row_indices("rows", rows, len(tokens))
         self.policy.check_positions(pos, 1, cache, len(tokens))
         logits = self.weights.token_pass(tokens, pos, cache, rows)
-        if hasattr(cache, "filled"):
-            cache.filled = pos + 1
+        cache.filled = pos + 1
         return logits
 
     def compact(self, cache, keep, length):
         """The cache of the sequences `keep` (increasing indices into its rows) only, as a rollout
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
-        up in place). A `policy.Cache` stays filled as far as it was, at most `length`."""
+        up in place). The compacted cache is filled as far as `cache` was, at most `length`."""
+        guard.cache("Decoder.compact", cache)
         self.policy.check_cache(cache)
         if self.weights is None:
             from ..policy import Cache
@@ -235,8 +236,7 @@ class Decoder:
             length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
                                     "the positions filled, at most the cache's")
             kept = [(k[keep], v[keep]) for k, v in cache]
-            return Cache(kept, cache.cfg, min(cache.filled, length)) \
-                if isinstance(cache, Cache) else kept
+            return Cache(kept, cache.cfg, min(cache.filled, length))
         from . import kvcache
         return kvcache.compact(cache, keep, length)
 
