@@ -39,7 +39,7 @@ def features(policy, idx, cache=None, pos=0):
     for i, block in enumerate(policy.blocks):
         x = x + _attention(block.attn, block.ln_1(x), None if cache is None else cache[i], pos)
         x = x + _linear(block.mlp.proj, gelu(_linear(block.mlp.fc, block.ln_2(x))))
-    if hasattr(cache, "filled"):                     # a policy.Cache
+    if cache is not None:
         cache.filled = pos + T
     return policy.ln_f(x)
 

@@ -19,15 +19,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent      # the checkout whose tinyagent is tested
 
-# The code each case runs, with `torch`, `policy` (a two-layer float32 Policy), `engine` and the
-# engine's modules `matmul`, `gelu`, `softmax`, `kvcache`, `adam` in scope; `meta(*shape)` is a
-# float32 meta tensor, `decoder` an `engine.Decoder(policy)`; every case runs without a gradient
-# to record (a rollout's decoding). Then the key words its error must contain.
+# The code each case runs, with `torch`, `policy` (a two-layer float32 Policy), `Cache`, `engine`
+# and the engine's modules `matmul`, `gelu`, `softmax`, `kvcache`, `adam` in scope; `meta(*shape)`
+# is a float32 meta tensor, `decoder` an `engine.Decoder(policy)`; every case runs without a
+# gradient to record (a rollout's decoding). Then the key words its error must contain.
 SETUP = """
 import torch
 from tinyagent import engine
 from tinyagent.engine import adam, gelu, kvcache, matmul, softmax
-from tinyagent.policy import Policy, PolicyConfig
+from tinyagent.policy import Cache, Policy, PolicyConfig
 policy = Policy()
 decoder = engine.Decoder(policy)
 def meta(*shape):
@@ -62,7 +62,7 @@ CASES = {
     "Adam on meta": ("p = torch.nn.Parameter(meta(5)); p.grad = meta(5)\n"
                      "adam.Adam([p]).step()", ["cpu", "meta"]),
     "decoding with a meta cache":
-        ("c = [(meta(2, 6, 11, 8), meta(2, 6, 8, 11)) for _ in range(2)]\n"
+        ("c = Cache([(meta(2, 6, 11, 8), meta(2, 6, 8, 11)) for _ in range(2)], policy.cfg)\n"
          "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)", ["cpu", "meta"]),
     "Adam after a parameter is resized":
         ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); p.grad = torch.ones(4)\n"
@@ -118,11 +118,12 @@ CASES = {
         ("other = Policy(PolicyConfig(n_head=3))\n"
          "decoder.step(torch.zeros(2, dtype=torch.long), 0, other.new_cache(2))",
          ["cache", "config"]),
-    "decoding with a missing layer": ("c = decoder.new_cache(2)[:1]\n"
+    "decoding with a missing layer": ("c = decoder.new_cache(2); del c[1]\n"
                                       "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)",
                                       ["cache", "layer"]),
     "decoding with an untransposed hand-built cache":
-        ("c = [(torch.zeros(2, 6, 20, 11), torch.zeros(2, 6, 20, 11)) for _ in range(2)]\n"
+        ("c = Cache([(torch.zeros(2, 6, 20, 11), torch.zeros(2, 6, 20, 11)) for _ in range(2)],\n"
+         "          policy.cfg)\n"
          "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)", ["keys", "transposed"]),
     "decoding past the positions written":
         ("c = decoder.new_cache(2); decoder.step(torch.zeros(2, dtype=torch.long), 5, c)",
@@ -131,7 +132,7 @@ CASES = {
         ("c = policy.new_cache(2); policy.step(torch.zeros(2, dtype=torch.long), 5, c)",
          ["position", "filled"]),
     "decoding with a float64 cache":
-        ("c = [(k.double(), v.double()) for k, v in decoder.new_cache(2)]\n"
+        ("c = Cache([(k.double(), v.double()) for k, v in decoder.new_cache(2)], policy.cfg)\n"
          "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)", ["float64", "cache"]),
     "new_cache(-1)": ("decoder.new_cache(-1)", ["batch_size", "positive integer"]),
     "new_cache(2.5)": ("decoder.new_cache(2.5)", ["batch_size", "positive integer"]),
@@ -192,7 +193,8 @@ CASES = {
     "attend with two tokens": ("kvcache.attend_one_token(qkv(2, 2), layer(), 1)",
                                ["qkv", "shape"]),
     "compact a cache whose layers differ":
-        ("kvcache.compact([layer(3, 8), layer(3, 4)], [0], 2)", ["layer", "shape"]),
+        ("kvcache.compact(Cache([layer(3, 8), layer(3, 4)], policy.cfg), [0], 2)",
+         ["layer", "shape"]),
     "compact a float keep": ("kvcache.compact(policy.new_cache(3, 8), torch.tensor([0.0]), 2)",
                              ["keep", "increasing"]),
     "decoding a cache of another batch size":

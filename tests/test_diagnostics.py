@@ -7,13 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinyagent.science.diagnostics import (DECISIONS, ROLES, call_pattern, decision_kls,
+from tinyagent import engine
+from tinyagent.science.diagnostics import (DECISIONS, ROLES, _copy_rows, call_pattern, decision_kls,
                                    first_call_distribution, heldout_prompts, k3_decomposition,
                                    kl_divergence, logged_path, malformed_calls, run_summary,
                                    split_calls, token_roles)
 from tinyagent.evaluation import evaluate, heldout_rollout
 from tinyagent.gym import HELDOUT_TASKS, Episode, Task
-from tinyagent.policy import Policy
+from tinyagent.policy import Cache, Policy
 from tinyagent.checkpoint import load_rl_base
 from tinyagent.vocab import ID, WORDS, encode
 
@@ -66,6 +67,36 @@ def test_first_call_distribution_matches_teacher_forcing_of_every_well_formed_ca
         assert probs[p].tolist() == pytest.approx([by_hand[d] for d in DECISIONS], abs=1e-5)  # float32
         if not task.needs_log:
             assert probs[p, DECISIONS.index("edit the decoy")] == 0.0
+
+
+@pytest.mark.parametrize("engine_name", engine.ENGINES)
+def test_rows_copied_for_a_branch_are_a_cache_with_its_fill_that_decodes_as_the_rows_did(
+        engine_name):
+    """`first_call_distribution` branches its decoding by copying rows of the cache: the copy is
+    a Cache of the same config, filled as far as the original, whose next tokens get the logits,
+    bit for bit, of the same rows in the original (a batch of the same size: torch's products
+    may round another batch size otherwise); a position past its fill is refused."""
+    if engine_name == "kernels" and not engine.kernels.available():
+        pytest.skip("the engine's C kernels are not built")
+    engine.use(engine_name)
+    policy = Policy(seed=3)
+    decoder = engine.Decoder(policy)
+    idx = torch.randint(0, policy.cfg.vocab_size, (3, 7), generator=torch.Generator().manual_seed(3))
+    rows = torch.tensor([2, 0, 2])                  # one row twice, as branches copy them
+    with torch.no_grad():
+        cache = decoder.new_cache(3, 8)
+        decoder.prefill(idx[:, :5], cache)
+        copied = _copy_rows(cache, rows)
+        assert isinstance(copied, Cache) and copied.cfg == policy.cfg and copied.filled == 5
+        assert len(copied[0][0]) == len(rows)
+        with pytest.raises(ValueError, match="not filled"):
+            decoder.step(idx[rows, 6], 6, _copy_rows(cache, rows))
+        expected = decoder.step(idx[:, 5], 5, cache)                          # (3, V)
+        assert torch.equal(decoder.step(idx[rows, 5], 5, copied), expected[rows])
+        again = _copy_rows(copied, torch.tensor([1, 0, 1]))        # rows 0, 2, 0, filled to 6
+        assert again.filled == 6
+        assert torch.equal(decoder.step(idx[[0, 2, 0], 6], 6, again),
+                           decoder.step(idx[:, 6], 6, cache)[[0, 2, 0]])
 
 
 def test_decision_kls_average_the_per_prompt_kls_in_both_directions(base):

@@ -7,7 +7,7 @@ import torch
 import kernel_modules
 from tinyagent import engine
 from tinyagent.engine import kvcache
-from tinyagent.policy import Policy
+from tinyagent.policy import Cache, Policy
 
 
 pytestmark = pytest.mark.usefixtures("kernels_engine")   # tests of the kernels themselves
@@ -52,10 +52,11 @@ def test_compacting_keeps_what_indexing_keeps_in_the_filled_positions():
     policy = Policy()
     gen = torch.Generator().manual_seed(4)
     for dtype in (torch.float32, torch.float64):
-        cache = [tuple(torch.randn(t.shape, generator=gen, dtype=dtype) for t in pair)
-                 for pair in policy.new_cache(9, 20)]
+        cache = Cache([tuple(torch.randn(t.shape, generator=gen, dtype=dtype) for t in pair)
+                       for pair in policy.new_cache(9, 20)], policy.cfg, 12)
         expected = [(k[[0, 3, 4, 8]], v[[0, 3, 4, 8]]) for k, v in cache]
         compacted = kvcache.compact(cache, [0, 3, 4, 8], 12)
+        assert isinstance(compacted, Cache) and compacted.filled == 12
         for (k, v), (ek, ev) in zip(compacted, expected):
             assert k.shape == ek.shape and v.shape == ev.shape and k.dtype == dtype
             assert torch.equal(k[..., :12], ek[..., :12]) and torch.equal(v[:, :, :12], ev[:, :, :12])

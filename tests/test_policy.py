@@ -346,10 +346,10 @@ def test_step_with_rows_gives_those_rows_logits_and_stores_every_row(through):
 
 
 @pytest.mark.parametrize("through", ["the modules", "the engine"])
-def test_a_cache_counts_its_fill_and_a_plain_list_is_a_cache_too(through):
+def test_a_cache_counts_its_fill_and_rows_copied_out_of_it_are_a_cache_again(through):
     """new_cache's Cache counts the positions written (prefill, step, compact) and refuses a
-    position past them; rows copied out of it into a plain list decode as the Cache does, their
-    fill not counted (the science layer branches decoding that way)."""
+    position past them; rows copied out of it, wrapped as a Cache with its config and fill,
+    decode as the Cache does, and the same rows as a plain list are refused."""
     from tinyagent import engine
     from tinyagent.policy import Cache
     policy = Policy(seed=7)
@@ -362,10 +362,14 @@ def test_a_cache_counts_its_fill_and_a_plain_list_is_a_cache_too(through):
         assert cache.filled == 4
         with pytest.raises(ValueError, match="not filled"):
             decoder.step(idx[:, 5], 5, cache)
-        copied = [(k[[0, 2]].clone(), v[[0, 2]].clone()) for k, v in cache]
+        rows = [(k[[0, 2]].clone(), v[[0, 2]].clone()) for k, v in cache]
+        copied = Cache(rows, cache.cfg, cache.filled)
         expected = decoder.step(idx[:, 4], 4, cache)
         assert cache.filled == 5
+        with pytest.raises(TypeError, match="Cache"):
+            decoder.step(idx[[0, 2], 4], 4, rows)
         assert torch.equal(decoder.step(idx[[0, 2], 4], 4, copied), expected[[0, 2]])
+        assert copied.filled == 5
         if through == "the engine":
             kept = decoder.compact(cache, [0, 2], 5)
             assert isinstance(kept, Cache) and kept.filled == 5 and len(kept[0][0]) == 2

@@ -1,19 +1,23 @@
 """Refusals before work (DESIGN.md, "What bad input gets"): the harness's commands refuse a
-committed output path or an unknown argument before they compute anything, and the checkpoint
+committed output path or an unknown argument before they compute anything, the checkpoint
 and fingerprint helpers answer every input with a clear error or a sentence, never a traceback
-from inside. Each rule is a row of a table, checked by its key words."""
+from inside, and decoding refuses a cache that does not count how far it is filled before it
+writes into it. Each rule is a row of a table, checked by its key words."""
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from tinyagent import engine
 from tinyagent.checkpoint import RL_BASE_CHECKPOINT, save_policy
+from tinyagent.engine import kvcache
 from tinyagent.harness import fingerprint
-from tinyagent.policy import Policy
+from tinyagent.policy import Cache, Policy, PolicyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = RL_BASE_CHECKPOINT.with_name("agent_1.pt")
@@ -79,3 +83,84 @@ def test_save_policy_refuses_a_policy_without_values(tmp_path):
         save_policy(policy, out)
     assert all(w in str(refused.value) for w in ("cpu", "meta")), refused.value
     assert not out.exists() and not out.with_suffix(".sha256").exists()
+
+
+# Decoding takes a `Cache` (Policy.new_cache's), which counts how far it is filled, and nothing
+# else: a plain list of (keys, values) pairs, even rows copied out of a Cache, would let a token
+# attend to positions never written. Each entry point refuses one before it writes anything.
+# (the call, with `d` a namespace: policy, decoder (on the engine under test), tokens, prefix, and
+# `plain`, a prefilled cache's rows as a list of pairs; the key words of its error)
+CACHES = {
+    "Decoder.step on a plain list": (lambda d: d.decoder.step(d.tokens, 4, d.plain),
+                                     ["Decoder.step", "Cache", "new_cache", "list"]),
+    "Decoder.step on a tuple of pairs": (lambda d: d.decoder.step(d.tokens, 4, tuple(d.plain)),
+                                         ["Decoder.step", "Cache", "tuple"]),
+    "Decoder.prefill into a plain list": (lambda d: d.decoder.prefill(d.prefix, d.plain),
+                                          ["Decoder.prefill", "Cache", "list"]),
+    "Decoder.compact of a plain list": (lambda d: d.decoder.compact(d.plain, [0], 4),
+                                        ["Decoder.compact", "Cache", "list"]),
+    "Decoder.step on no cache": (lambda d: d.decoder.step(d.tokens, 4, None),
+                                 ["Decoder.step", "Cache", "NoneType"]),
+    "Policy.step on a plain list": (lambda d: d.policy.step(d.tokens, 4, d.plain),
+                                    ["Cache", "new_cache", "list"]),
+    "Policy.prefill into a plain list": (lambda d: d.policy.prefill(d.prefix, d.plain),
+                                         ["Cache", "new_cache", "list"]),
+    "Policy.features with a plain list": (lambda d: d.policy.features(d.tokens[:, None],
+                                                                      d.plain, 4),
+                                          ["Cache", "new_cache", "list"]),
+    "kvcache.compact of a plain list": (lambda d: kvcache.compact(d.plain, [0], 4),
+                                        ["compact", "Cache", "list"]),
+}
+
+
+@pytest.fixture
+def decoding():
+    policy = Policy(seed=2)
+    cache = policy.new_cache(2, 8)
+    prefix = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 10]])
+    engine.Decoder(policy).prefill(prefix, cache)
+    return SimpleNamespace(policy=policy, prefix=prefix, tokens=torch.tensor([11, 12]),
+                           plain=[(k.clone(), v.clone()) for k, v in cache])
+
+
+@pytest.mark.parametrize("engine_name", engine.ENGINES)
+@pytest.mark.parametrize("name", list(CACHES))
+def test_decoding_refuses_a_cache_that_does_not_count_its_fill(name, engine_name, decoding):
+    """Refused with a TypeError naming the Cache, before any key or value is written, on either
+    engine, with or without a gradient to record."""
+    call, words = CACHES[name]
+    if engine_name == "kernels" and not engine.kernels.available():
+        pytest.skip("the engine's C kernels are not built")
+    engine.use(engine_name)
+    decoding.decoder = engine.Decoder(decoding.policy)
+
+    def written():                 # bit for bit: past the fill, empty memory may hold a NaN
+        return [t.view(torch.int32).clone() for pair in decoding.plain for t in pair]
+    before = written()
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), pytest.raises(TypeError) as refused:
+            call(decoding)
+        missing = [w for w in words if w not in str(refused.value)]
+        assert not missing, f"{name}: the error lacks {missing}: {refused.value}"
+    assert all(torch.equal(a, b) for a, b in zip(before, written()))
+
+
+# A Cache says which config it was made for and how far it is filled: (the arguments after the
+# layers, the error's type, its key words)
+CACHE_FIELDS = {
+    "no config": ((None,), TypeError, ["cfg", "PolicyConfig", "NoneType"]),
+    "a config as a dict": (({"n_layer": 2},), TypeError, ["cfg", "PolicyConfig", "dict"]),
+    "a negative fill": ((PolicyConfig(), -1), ValueError, ["filled", "integer", "-1"]),
+    "a fill past block_size": ((PolicyConfig(), 97), ValueError, ["filled", "[0, 96]"]),
+    "a fractional fill": ((PolicyConfig(), 2.5), ValueError, ["filled", "integer"]),
+    "a fill of True": ((PolicyConfig(), True), ValueError, ["filled", "integer"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CACHE_FIELDS))
+def test_a_cache_refuses_a_config_or_fill_it_cannot_have(name):
+    args, kind, words = CACHE_FIELDS[name]
+    with pytest.raises(kind) as refused:
+        Cache(Policy().new_cache(1, 4), *args)
+    missing = [w for w in words if w not in str(refused.value)]
+    assert not missing, f"{name}: the error lacks {missing}: {refused.value}"

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import positive_int, row_indices, token_ids
+from .checks import int_in, positive_int, row_indices, token_ids
 from .vocab import VOCAB_SIZE
 
 
@@ -43,9 +43,10 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
     def forward(self, x, cache=None, pos=0):
-        """Causal attention over x (B, T, C). With a `cache` (one layer's (keys, values) from
-        `Policy.new_cache`), x holds the tokens at positions pos .. pos+T-1: their keys and values
-        are stored there and the queries attend to every position stored so far."""
+        """Causal attention over x (B, T, C). With a `cache` (one layer's (keys, values) of a
+        `Cache`, which `Policy.features` has checked), x holds the tokens at positions
+        pos .. pos+T-1: their keys and values are stored there and the queries attend to every
+        position stored so far."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
@@ -90,12 +91,30 @@ class Block(nn.Module):
 class Cache(list):
     """`Policy.new_cache`'s keys and values, one (keys, values) pair per layer, with the config
     they were made for and `filled`, how many positions hold keys and values: the only ones a
-    next token may attend to (the others hold whatever memory the cache was given). A plain list
-    of such pairs (rows copied out of a cache, say) is a cache too, whose fill nobody counts."""
+    next token may attend to (the others hold whatever memory the cache was given). Decoding
+    takes a Cache and nothing else: a plain list of pairs does not say how far it is filled, so
+    a position past what was written would read that memory. Rows copied out of a cache are a
+    cache again as `Cache([(k[rows], v[rows]) for k, v in cache], cache.cfg, cache.filled)`."""
 
     def __init__(self, layers, cfg, filled=0):
         super().__init__(layers)
-        self.cfg, self.filled = cfg, filled
+        if not isinstance(cfg, PolicyConfig):
+            raise TypeError(f"a Cache's cfg is the PolicyConfig its keys and values were made "
+                            f"for, got {type(cfg).__name__}")
+        self.cfg, self.filled = cfg, int_in("a Cache's filled", filled, 0, cfg.block_size)
+
+    @staticmethod
+    def check(where, cache):
+        """`cache` if it is a Cache; otherwise a TypeError naming `where` and what is allowed."""
+        if not isinstance(cache, Cache):
+            hint = (" (a plain list of pairs counts no fill: wrap rows copied out of a cache "
+                    "as Cache(layers, cache.cfg, cache.filled))"
+                    if isinstance(cache, (list, tuple)) else "")
+            raise TypeError(f"{where}: the cache must be a Cache from Policy.new_cache (or "
+                            f"engine.Decoder.new_cache), one (keys, values) pair per layer that "
+                            f"counts how many positions are filled; got "
+                            f"{type(cache).__name__}{hint}")
+        return cache
 
 
 class Policy(nn.Module):
@@ -134,7 +153,7 @@ class Policy(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(pos, pos + T))      # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i], pos)
-        if isinstance(cache, Cache):
+        if cache is not None:
             cache.filled = pos + T                # what follows position pos + T - 1 is stale
         return self.ln_f(x)                                          # (B, T, C)
 
@@ -189,7 +208,7 @@ class Policy(nn.Module):
         if pos + T > cache[0][0].shape[-1]:
             raise ValueError(f"sequence length {pos + T} exceeds the cache's "
                              f"{cache[0][0].shape[-1]} positions (new_cache's `length`)")
-        if isinstance(cache, Cache) and pos > cache.filled:
+        if pos > cache.filled:
             raise ValueError(f"position {pos} attends to positions the cache has not filled: it "
                              f"holds {cache.filled} (those before position {cache.filled}); feed "
                              f"a token at position {cache.filled} at most, or prefill a prefix")
@@ -198,18 +217,23 @@ class Policy(nn.Module):
                              f"(new_cache's `batch_size`)")
 
     def check_cache(self, cache):
-        """Refuse a cache that is not of this policy's shapes: another config's, one missing a
-        layer, keys not transposed, another dtype or device than the parameters'."""
+        """Refuse what is not a `Cache` of this policy's shapes: a plain list, another config's
+        cache, one missing a layer, keys not transposed, another dtype or device than the
+        parameters'."""
         c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
-        if isinstance(cache, Cache) and cache.cfg != c:
+        Cache.check("decoding", cache)
+        if cache.cfg != c:
             raise ValueError(f"the cache was made for another config ({cache.cfg}), not this "
                              f"policy's ({c}): make it with this policy's new_cache")
-        if not isinstance(cache, list) or len(cache) != c.n_layer:
-            got = len(cache) if isinstance(cache, list) else f"{cache!r:.80}"
+        if len(cache) != c.n_layer:
             raise ValueError(f"the cache must hold one (keys, values) pair per layer, "
-                             f"{c.n_layer} layers, got {got}")
+                             f"{c.n_layer} layers, got {len(cache)}")
         dtype = self.head.weight.dtype
-        for i, (keys, values) in enumerate(cache):
+        for i, layer in enumerate(cache):
+            if not isinstance(layer, (tuple, list)) or len(layer) != 2:
+                raise ValueError(f"the cache's layer {i} must be a pair (keys, values), got "
+                                 f"{type(layer).__name__}: make the cache with new_cache")
+            keys, values = layer
             for name, t in (("keys", keys), ("values", values)):
                 if not isinstance(t, torch.Tensor) or not t.is_cpu or t.dtype != dtype:
                     raise ValueError(f"the cache's layer {i} {name} must be {dtype} tensors on "

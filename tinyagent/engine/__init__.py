@@ -172,19 +172,22 @@ class Decoder:
     def prefill(self, idx, cache):
         """`policy.prefill(idx, cache)`: a prefix idx (B, T) into the cache from position 0, and
         the logits (B, V) of the token that follows it."""
+        guard.cache("Decoder.prefill", cache)
         return self._computer(cache).prefill(idx, cache)
 
     def step(self, tokens, pos, cache, rows=None):
         """`policy.step(tokens, pos, cache, rows)`: the logits (B, V), or (len(rows), V), after
         feeding one token per sequence at position `pos`; every sequence's keys and values are
         stored."""
+        guard.cache("Decoder.step", cache)
         return self._computer(cache).step(tokens, pos, cache, rows)
 
     def compact(self, cache, keep, length):
         """The cache of the sequences `keep` (increasing indices into its rows) only, as a rollout
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
-        up in place). A `policy.Cache` stays filled as far as it was, at most `length`."""
+        up in place). The compacted cache is filled as far as `cache` was, at most `length`."""
+        guard.cache("Decoder.compact", cache)
         if self.kernels is not None:
             return self.kernels.compact(cache, keep, length)
         from ..policy import Cache
@@ -192,9 +195,7 @@ class Decoder:
         keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
         length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
                                 "the positions filled, at most the cache's")
-        kept = [(k[keep], v[keep]) for k, v in cache]
-        return Cache(kept, cache.cfg, min(cache.filled, length)) \
-            if isinstance(cache, Cache) else kept
+        return Cache([(k[keep], v[keep]) for k, v in cache], cache.cfg, min(cache.filled, length))
 
 
 def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):

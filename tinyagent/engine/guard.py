@@ -3,16 +3,20 @@
 A kernel gets raw addresses and sizes (c/bindings.c reads every size as a C int) and trusts them:
 a tensor on the meta device has the address 0, a float16 tensor holds half the bytes a float32
 kernel reads, an expanded tensor one element where the kernel reads millions, a position past the
-cache is memory of another tensor. Each public function of matmul.py, gelu.py, softmax.py,
-kvcache.py and adam.py, and each call of kernel_policy.py, checks its operands here
-once, before any kernel runs, and refuses with an error naming what is allowed. The engine's own
-passes (sequence_pass.py, token_pass.py) call the unchecked kernels on the tensors they made, so
-the hot path pays one check per call of the seam, not one per kernel.
+cache is memory of another tensor, and so is a position past what a cache holds. Each public
+function of matmul.py, gelu.py, softmax.py, kvcache.py and adam.py, and each call of the seam's
+`Decoder` and of kernel_policy.py, checks its operands here once, before any kernel runs, and
+refuses with an error naming what is allowed; a cache must be a `policy.Cache`, which knows how
+far it is filled. The engine's own passes (sequence_pass.py, token_pass.py) call the unchecked
+kernels on the tensors they made, so the hot path pays one check per call of the seam, not one
+per kernel.
 """
 import math
 import numbers
 
 import torch
+
+from ..policy import Cache
 
 LIMIT = 2 ** 31                 # every size a kernel takes is a C int: below 2**31
 
@@ -83,6 +87,14 @@ def position_mask(idx, keep):
                          f"{getattr(keep, 'dtype', type(keep).__name__)} "
                          f"{tuple(getattr(keep, 'shape', ()))}")
     return keep
+
+
+def cache(where, cache):
+    """`cache` if it is a `policy.Cache` (`Policy.new_cache`'s, `Decoder.new_cache`'s), which
+    counts how many positions are filled; otherwise a TypeError naming `where` and what is
+    allowed. A plain list of (keys, values) pairs is refused: past what was written, a kernel
+    would attend to whatever memory the cache was given."""
+    return Cache.check(where, cache)
 
 
 def kept_rows(where, keep, n):

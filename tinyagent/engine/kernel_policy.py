@@ -57,8 +57,7 @@ class KernelPolicy:
         last = torch.zeros(idx.shape, dtype=torch.bool)
         last[:, -1] = True
         x = sequence_pass.features(self.policy, idx, self.weights, last, cache)      # (B, C)
-        if hasattr(cache, "filled"):                    # a policy.Cache counts its positions
-            cache.filled = idx.shape[1]
+        cache.filled = idx.shape[1]                     # the Cache counts its positions
         head = self.policy.head
         return linear(x, head.weight, head.bias, self.weights.rows[head])           # (B, V)
 
@@ -70,8 +69,7 @@ class KernelPolicy:
         if self.token_pass is None:
             self.token_pass = OneTokenPass(self.policy, self.weights)
         logits = self.token_pass(tokens, pos, cache, rows)
-        if hasattr(cache, "filled"):
-            cache.filled = pos + 1
+        cache.filled = pos + 1
         return logits
 
     def compact(self, cache, keep, length):

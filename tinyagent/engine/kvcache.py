@@ -115,11 +115,11 @@ def compact(cache, keep, length):
     drops the episodes that ended: per layer (keys, values) with len(keep) rows, equal to
     `keys[keep]` and `values[keep]` in their first `length` positions, the only ones attention
     reads. A float32 cache moves the kept rows up in place, their first `length` positions only
-    (kvcache.c); another is indexed. A `policy.Cache` gives a `Cache` again, filled as far as
-    it was, at most `length`."""
-    if not isinstance(cache, (list, tuple)) or not cache:
-        raise TypeError(f"compact: the cache is a list of (keys, values) pairs, one per layer, "
-                        f"got {type(cache).__name__} {cache!r:.80}")
+    (kvcache.c); another is indexed. `cache` is a `policy.Cache`, and so is the result, filled
+    as far as `cache` was, at most `length`."""
+    guard.cache("compact", cache)
+    if not cache:
+        raise ValueError("compact: the cache holds no layer; make it with Policy.new_cache")
     B, nh, hs, L = _layer("compact", cache[0], dtype=None)
     for layer in cache[1:]:
         if _layer("compact", layer, dtype=None) != (B, nh, hs, L):
@@ -137,6 +137,4 @@ def compact(cache, keep, length):
                             v.data_ptr())
         kept = [(k[:len(keep)], v[:len(keep)]) for k, v in cache]
     from ..policy import Cache
-    if isinstance(cache, Cache):
-        return Cache(kept, cache.cfg, min(cache.filled, length))
-    return kept
+    return Cache(kept, cache.cfg, min(cache.filled, length))

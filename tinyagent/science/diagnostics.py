@@ -22,6 +22,7 @@ from ..gym import (CALL, END_CALL, HELDOUT_TASKS, LOG, LS, SPELLINGS, SRC, TESTS
                   call_ended, parse_call)
 from ..harness.runs import policy_from_state
 from ..kl import kl_penalty
+from ..policy import Cache
 from ..sampler import token_logprobs
 from ..vocab import ID, KIND_IDS, NAME_IDS, WORDS
 from .pairs import paired
@@ -81,8 +82,9 @@ def _decision(episode, verb, argument=None):
 
 
 def _copy_rows(cache, rows):
-    """The key/value cache of the prefixes at `rows`, one copy per continuation."""
-    return [(k[rows], v[rows]) for k, v in cache]
+    """The key/value cache of the prefixes at `rows`, one copy per continuation: a `Cache` of
+    the same config, filled as far as `cache` is."""
+    return Cache([(k[rows], v[rows]) for k, v in cache], cache.cfg, cache.filled)
 
 
 @torch.no_grad()
