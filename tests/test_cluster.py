@@ -1,7 +1,10 @@
 """The study's runs on a real Dask cluster (two worker processes on loopback): they must come back
 bit for bit as the local run workers compute them."""
+import platform
+
 import pytest
 
+from tinyagent.engine.arithmetic import PINS
 from tinyagent.harness import runs
 from tinyagent.science import study
 from tinyagent.harness.cluster import dask_executor, local_cluster
@@ -20,6 +23,16 @@ def test_a_local_cluster_computes_study_runs_bit_for_bit_as_local_workers(tmp_pa
     for pick, run, mine in zip(picks, results, local):
         assert study.params_sha256(run["state"]) == study.params_sha256(mine["state"]), pick
     assert len(list((tmp_path / "cluster").glob("*.pt"))) == 2   # back in the local cache
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "x86_64"])
+def test_a_local_clusters_workers_get_the_x86_pins_on_x86_only(monkeypatch, machine):
+    started = {}
+    monkeypatch.setattr(distributed, "LocalCluster", lambda **settings: started.update(settings))
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    local_cluster(2)
+    assert (started["env"] == {}) == (machine == "aarch64")
+    assert machine == "aarch64" or started["env"]["MKL_CBWR"] == PINS["MKL_CBWR"]
 
 
 def test_a_cluster_whose_workers_share_a_process_is_refused():

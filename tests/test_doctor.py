@@ -1,6 +1,7 @@
 """`make doctor` (tinyagent/harness/doctor.py) and the Makefile logic around it: the Python it picks, and
 what `make clean` refuses."""
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -40,6 +41,7 @@ def test_doctor_says_bit_for_bit_under_the_pins_in_a_few_seconds():
     assert seconds < 30, f"make doctor took {seconds:.1f} s"      # ~5 s here, two cores busy
 
 
+@pytest.mark.x86_64("the x86 pins, whose overrides the doctor names")
 def test_doctor_names_the_override_a_notebook_would_inherit():
     """As `make test` runs it: silent when the runs reproduce, the report when they do not."""
     out, _ = run_doctor("--quiet-if-ok", ATEN_CPU_CAPABILITY="default")
@@ -55,6 +57,7 @@ def test_a_library_no_run_reaches_changes_nothing():
     assert out.splitlines()[-1] == f"verdict   {doctor.BIT_FOR_BIT}"
 
 
+@pytest.mark.x86_64("the x86 pins, whose overrides the doctor names")
 def test_doctor_sees_the_shell_behind_makes_exports():
     """make exports pins of its own; the shell's value, which a Jupyter started without make
     inherits, still decides the verdict."""
@@ -73,6 +76,30 @@ def test_quiet_if_ok_is_silent_when_the_runs_reproduce(capsys, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     doctor.main(["--quiet-if-ok"])
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("stray", [None, "avx2"])
+def test_on_aarch64_the_doctor_names_the_platform_and_lists_no_pin(monkeypatch, stray):
+    """Faked here: an aarch64 machine, whose environment the engine gives no pin (they name x86
+    code), or where the shell sets one all the same. The pins line lists none as in force, the
+    verdict is that the digits differ, and the one reason given is the platform."""
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    for name in set(OVERRIDES) | set(PINS):
+        monkeypatch.delenv(name, raising=False)
+    if stray:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", stray)
+    lines, reproduces = doctor.report()
+    [pins] = [line for line in lines if line.startswith("pins ")]
+    assert pins.startswith("pins      none on aarch64") and "x86" in pins
+    assert ("ATEN_CPU_CAPABILITY=avx2" in pins.split("set in the environment")[-1]) == bool(stray)
+    assert not any(f"{name}={value}" in pins.split("set in the environment")[0]
+                   for name, value in PINS.items())
+    [why] = [line for line in lines if line.startswith("why ")]
+    assert "aarch64" in why and "x86-64" in why
+    assert not reproduces and lines[-1] == f"verdict   {doctor.DIFFER}"
+    assert "another CPU architecture" not in "\n".join(lines)
+    assert doctor.runnable_pins() == {}
+    assert not set(PINS) & set(doctor.shell_environ({}))          # a notebook's shell: no pin
 
 
 def test_overrides_leave_out_thread_counts_and_know_onednns_old_name():
@@ -162,6 +189,23 @@ def test_the_shells_settings_reach_the_doctor_as_they_are(value):
     words = shlex.split(line)
     assert words[:4] == [".venv/bin/python", "-m", "tinyagent.harness.doctor", "--shell-env"]
     assert f"ONEDNN_MAX_CPU_ISA={value}" in words[4:] and all("=" in word for word in words[4:])
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "x86_64"])
+def test_make_exports_the_x86_pins_on_x86_64_only(tmp_path, machine):
+    """On an aarch64 machine (a fake `uname` here) no recipe of make's gets an x86 pin: torch
+    there warns about ATEN_CPU_CAPABILITY in every process, and nbval counts the warning."""
+    uname = tmp_path / "uname"
+    uname.write_text(f"#!/bin/sh\necho {machine}\n")
+    uname.chmod(0o755)
+    env = {name: value for name, value in child_env(PATH=f"{tmp_path}:{os.environ['PATH']}").items()
+           if name not in PINS}
+    done = subprocess.run([shutil.which("make"), "--no-print-directory", "--eval",
+                           "pins-here: ; @env", "pins-here"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    exported = {line.partition("=")[0] for line in done.stdout.splitlines()} & set(PINS)
+    assert exported == (set() if machine == "aarch64" else set(PINS))
 
 
 def test_clean_removes_the_venv_and_only_what_make_made():

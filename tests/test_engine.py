@@ -265,12 +265,16 @@ def test_the_c_extension_is_optional_at_install():
 
 @pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le", "riscv64"])
 def test_off_x86_no_pin_is_set(machine, monkeypatch):
+    """Neither in this process (the engine's start) nor in the run workers it starts."""
     assert arithmetic.runnable_pins(machine=machine) == {}
     monkeypatch.setattr(arithmetic.platform, "machine", lambda: machine)
     for name in arithmetic.PINS:
         monkeypatch.delenv(name, raising=False)
     arithmetic.pin_environment()
     assert not {name for name in arithmetic.PINS if name in os.environ}
+    from tinyagent.harness.runs import workers_environment
+    with workers_environment():
+        assert not {name for name in arithmetic.PINS if name in os.environ}
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "AMD64"])

@@ -346,6 +346,8 @@ def run_imitated(value):
     return subprocess.run([sys.executable, "-c", IMITATED], env=env, capture_output=True, text=True)
 
 
+@pytest.mark.x86_64("the kernel's AVX2 and AVX-512 paths (x86 code; elsewhere every path is the "
+                    "scalar one)")
 def test_imitating_a_cpu_without_avx512_caps_every_path_and_keeps_the_bits():
     """TINYAGENT_IMITATE_NO_AVX512=1 makes even a request for AVX-512 compute on AVX2 (what a CPU
     without it takes), and the products keep their bits; 0 leaves this CPU's fastest path."""

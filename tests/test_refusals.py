@@ -73,6 +73,16 @@ def test_the_mismatch_message_says_so_where_the_fingerprint_matches(monkeypatch)
     assert all(w in message for w in ("fingerprint", "is the pinned one", "stored outputs"))
 
 
+def test_off_x86_the_mismatch_message_names_the_platform_not_the_pins(monkeypatch):
+    """On an aarch64 machine (faked) the warning a run gives names the platform as the reason,
+    and neither offers other causes nor tells the reader to set the x86 pins."""
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    monkeypatch.setattr(fingerprint, "first_difference", lambda: ("sampling", "the sampler"))
+    message = fingerprint.mismatch_message()
+    assert "aarch64" in message and "x86-64" in message and "sampling" in message
+    assert "ATEN_CPU_CAPABILITY" not in message and "another CPU architecture" not in message
+
+
 def test_save_policy_refuses_a_policy_without_values(tmp_path):
     """A meta-device policy (no values at all) is refused before anything is written, as
     load_policy would refuse what it wrote."""

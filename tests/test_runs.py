@@ -77,7 +77,11 @@ def test_an_empty_TINYAGENT_RUNS_does_not_put_the_cache_in_the_current_directory
 
 
 
+@pytest.mark.recorded_bits
 def test_a_run_from_standard_input_completes_in_process(tmp_path):
+    """A run trains in-process where this process computes the pinned arithmetic, so only where
+    the stored bits are promised: elsewhere it needs a worker process, which a main module read
+    from standard input cannot start (refused, as the next test shows)."""
     import os
     import subprocess
     import sys
@@ -151,6 +155,7 @@ def test_the_progress_bar_counts_the_steps_of_the_runs_in_flight(tmp_path, monke
 
 def test_a_bar_says_how_long_its_runs_will_take_from_the_pace_measured_here(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)
+    monkeypatch.setenv("TINYAGENT_RUNS", str(tmp_path))         # for any worker process
     monkeypatch.setattr(runs, "tqdm", RecordingBar)
     jobs = [{"cfg": replace(COMPARISON["none"], seed=seed, tasks_per_step=2), "steps": 3}
             for seed in (0, 1)]
@@ -172,6 +177,7 @@ def test_a_run_under_the_torch_engine_is_cached_apart_from_the_kernels_run(tmp_p
     the other's."""
     from tinyagent import engine
     monkeypatch.setattr(runs, "CACHE_DIR", tmp_path)
+    monkeypatch.setenv("TINYAGENT_RUNS", str(tmp_path))         # for any worker process
     job = {"cfg": replace(COMPARISON["none"], seed=0, tasks_per_step=2), "steps": 2}
     kernels = runs.regularized_runs([job], workers=1, progress=False)[0]
     engine.use("torch")

@@ -38,7 +38,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import engine
 from ..engine import matmul
-from ..engine.arithmetic import PINS, mkl_branch
+from ..engine.arithmetic import PINS, mkl_branch, runnable_pins
 from .cache import ROOT
 from .doctor import cpu_model
 from .fingerprint import matches
@@ -145,7 +145,7 @@ def timed_revision(tree, engine="kernels"):
     code), in a fresh pinned process computing with `engine`: {"total": s, "warm": s, "sft": s,
     ...}, "warm" a second run + evaluation in the same process (the first pays one-time costs,
     such as imports)."""
-    env = {**os.environ, **PINS, "OMP_NUM_THREADS": "1", "TINYAGENT_ENGINE": engine}
+    env = {**os.environ, **runnable_pins(), "OMP_NUM_THREADS": "1", "TINYAGENT_ENGINE": engine}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
     # A revision older than the harness folder kept its bench in tinyagent/bench.py; named
@@ -219,7 +219,7 @@ def plain_script(pinned, rounds=3):
     pins and one thread, as make starts the notebooks' (`pinned` True). Best of `rounds`."""
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     if pinned:
-        env.update(PINS, OMP_NUM_THREADS="1")
+        env.update(runnable_pins(), OMP_NUM_THREADS="1")
     times = []
     for _ in range(rounds):
         done = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT], env=env, cwd=ROOT,

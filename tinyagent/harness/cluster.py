@@ -13,7 +13,7 @@ count is one per process, and two runs sharing a process would share it.
 """
 from contextlib import contextmanager
 
-from ..engine.arithmetic import PINS
+from ..engine.arithmetic import runnable_pins
 from ..checks import positive_int
 
 
@@ -40,8 +40,9 @@ def dask_executor(address):
 
 def local_cluster(n_workers=2):
     """A Dask cluster of `n_workers` single-thread worker processes on loopback, started with the
-    pins in their environment: for trying the remote path on one machine (and for the tests)."""
+    pins that apply here in their environment: for trying the remote path on one machine (and for
+    the tests)."""
     positive_int("n_workers", n_workers)
     from distributed import LocalCluster
     return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                        host="127.0.0.1", dashboard_address=None, env=dict(PINS))
+                        host="127.0.0.1", dashboard_address=None, env=runnable_pins())

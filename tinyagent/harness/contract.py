@@ -24,18 +24,22 @@ import sys
 import torch
 
 from .. import engine
-from ..engine.arithmetic import ATEN_NEEDS, cpu_flags
+from ..engine.arithmetic import ATEN_NEEDS, cpu_flags, is_x86
 from .doctor import pinned_requirements
 
 CHECK = "# NBVAL_CHECK_OUTPUT"
 IMITATE = "TINYAGENT_IMITATE_PLATFORM"
 
 
+def machine():
+    """This machine's architecture as platform.machine() names it, or the one IMITATE names."""
+    return os.environ.get(IMITATE) or platform.machine()
+
+
 def promised():
     """(True, None) where the stored bits are promised; else (False, why), in a few words."""
-    machine = os.environ.get(IMITATE) or platform.machine()
-    if platform.system() != "Linux" or machine.lower() not in ("x86_64", "amd64"):
-        return False, f"{platform.system()} {machine} is not x86-64 Linux"
+    if platform.system() != "Linux" or not is_x86(machine()):
+        return False, f"{platform.system()} {machine()} is not x86-64 Linux"
     if not ATEN_NEEDS["avx2"] <= (cpu_flags() or set()):
         return False, "this CPU lacks AVX2 or FMA"
     pinned = pinned_requirements()[0]["torch"]            # pyproject.toml's pin

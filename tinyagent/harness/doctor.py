@@ -4,11 +4,12 @@
     python -m tinyagent.harness.doctor --quiet-if-ok    nothing when the arithmetic matches (`make test`)
 
 It reports the Python, the pinned packages against pyproject.toml's pins, the platform, the pins in
-force, and whether the arithmetic fingerprint (fingerprint.py) matches the stored one, and ends
-with one verdict. The environment it judges is the one a notebook inherits: the package puts a
-pin only where the environment names no value of its own (engine/arithmetic.py), so a value set in
-the shell, ONEDNN_MAX_CPU_ISA=SSE41 say, stays in force here as it would in a Jupyter started from
-that shell, and is named as the setting that makes the difference.
+force (none off x86-64: they name x86 code), and whether the arithmetic fingerprint
+(fingerprint.py) matches the stored one, and ends with one verdict (off x86-64: the digits will
+differ, and the platform is why). The environment it judges is the one a notebook inherits: the
+engine puts a pin only where the environment names no value of its own (engine/arithmetic.py), so
+a value set in the shell, ONEDNN_MAX_CPU_ISA=SSE41 say, stays in force here as it would in a
+Jupyter started from that shell, and is named as the setting that makes the difference.
 
 make exports some pins itself, replacing the shell's values for its own targets; `make doctor`
 passes the shell's values with --shell-env, and when they differ from make's the fingerprint is
@@ -27,7 +28,7 @@ from pathlib import Path
 from . import fingerprint as fp
 from .cache import ROOT
 from .. import engine
-from ..engine.arithmetic import PINS, cpu_flags, is_x86, mkl_branch
+from ..engine.arithmetic import PINS, cpu_flags, is_x86, mkl_branch, runnable_pins
 from .fingerprint import OVERRIDES
 
 STORED_PYTHON = (3, 11)              # the Python the stored outputs were written with (and CI runs)
@@ -115,13 +116,13 @@ def describe(found):
 
 
 def shell_environ(shell_env):
-    """The environment a process started from the calling shell (without make) gets, once
-    `import tinyagent` has set the pins it names no value for."""
+    """The environment a process started from the calling shell (without make) gets, once the
+    engine's start has set the pins that apply here and it names no value for."""
     environ = dict(os.environ)
     for name in set(OVERRIDES) | set(PINS):
         environ.pop(name, None)
     environ.update(shell_env)
-    for name, value in PINS.items():
+    for name, value in runnable_pins().items():
         environ.setdefault(name, value)
     return environ
 
@@ -168,6 +169,20 @@ def engine_line():
             f"path{imitated}; every path gives the same bits")
 
 
+def pins_line(in_force, branch):
+    """The pins in force, MKL's branch and what overrides a pin; off x86-64, that no pin is set
+    (they name x86 code), and which of their variables the environment sets all the same."""
+    if is_x86():
+        pins = " ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in PINS)
+        return (f"pins      {pins}; MKL branch {branch}; "
+                + (f"overridden: {describe(in_force)}" if in_force else "none overridden"))
+    stray = [f"{name}={os.environ[name]}" for name in OVERRIDES
+             if name in os.environ and name not in THREAD_VARIABLES]
+    return (f"pins      none on {platform.machine()}: they name x86 code"
+            + (f" (set in the environment all the same: {', '.join(stray)})" if stray else "")
+            + f"; MKL branch {branch}")
+
+
 def _arithmetic(in_force):
     """The pins, MKL's branch, the threads and the fingerprint against the stored one: (lines,
     whether it matches)."""
@@ -176,9 +191,7 @@ def _arithmetic(in_force):
     branch = mkl_branch()
     branch = ("unknown (this torch build hides MKL)" if branch is None
               else f"{branch} ({MKL_BRANCHES.get(branch & 0xFFFF, 'unknown')})")
-    pins = " ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in PINS)
-    lines = [f"pins      {pins}; MKL branch {branch}; "
-             + (f"overridden: {describe(in_force)}" if in_force else "none overridden")]
+    lines = [pins_line(in_force, branch)]
     threads = " ".join(f"{name}={os.environ[name]}" for name in THREAD_VARIABLES if name in os.environ)
     lines.append(f"threads   {threads or 'OMP_NUM_THREADS unset'}; torch uses "
                  f"{torch.get_num_threads()} here (runs and the fingerprint set their own)")
@@ -250,11 +263,11 @@ def report(shell_env=None):
     in_force = overrides(os.environ)
     arithmetic, matches = _arithmetic(in_force)
     lines += arithmetic
-    reproduces, cause = matches, in_force
+    reproduces, cause = matches and is_x86(), in_force     # off x86-64 no bits are promised
     if shell_env is not None:
         shell, shell_matches, cause = _shell(shell_env, matches, in_force)
         lines += shell
-        reproduces = matches and shell_matches
+        reproduces = reproduces and shell_matches
     if not reproduces:
         lines += _diagnosis(matches, packages_pinned, cause)
     lines.append(f"verdict   {BIT_FOR_BIT if reproduces else DIFFER}")

@@ -19,12 +19,13 @@ its worker computed under, so a run computed under another arithmetic is never s
 """
 import hashlib
 import os
+import platform
 import warnings
 
 import torch
 
 from .. import engine
-from ..engine.arithmetic import PINS, torch_threads
+from ..engine.arithmetic import PINS, is_x86, torch_threads
 from ..gym import TRAIN_TASKS
 from ..policy import Policy
 from ..sampler import rollout, token_logprobs
@@ -131,10 +132,13 @@ def mismatch_message():
         return (f"this process's arithmetic fingerprint {fingerprint()[:12]} is the pinned one: "
                 f"its runs compute the stored outputs' bits")
     part, reaches = difference
-    return (f"this process's arithmetic fingerprint {fingerprint()[:12]} is not the pinned one "
-            f"{EXPECTED[:12]}: its runs will differ in the digits from the stored outputs "
-            f"(compare by the claims tables). The bits first part in the {part} ({reaches}). "
-            f"Settings that differ from the pins: {named}. "
+    differs = (f"this process's arithmetic fingerprint {fingerprint()[:12]} is not the pinned one "
+               f"{EXPECTED[:12]}: its runs will differ in the digits from the stored outputs "
+               f"(compare by the claims tables). The bits first part in the {part} ({reaches}). ")
+    if not is_x86():
+        return differs + (f"Why: this is an {platform.machine()} machine; the stored outputs are "
+                          f"x86-64's, and no setting changes that (`make doctor` says more).")
+    return (differs + f"Settings that differ from the pins: {named}. "
             f"To match, start the process with {pins} and nothing else overriding them "
             f"(`make doctor` says what is in force).")
 
