@@ -215,11 +215,15 @@ def section_10_7_evidence():
     provenance = output(nb, starting("runs:", "code"), last=True)         # the fresh draw's
     runs = sum(int(line.split()[0]) for line in provenance.splitlines() if "runs:" in line)
     third = line_of(output(nb, line_starting("third draw:")), "third draw:").split(":", 1)[1]
+    goal = output(nb, starting("measured", "goal", "met"), last=True)   # the third draw's, once done
+    kappa, contradictions = row(goal, "kappa"), row(goal, "contradictions")
     told = ", ".join(f"{n} {VERBS.get(verdict, 'are ' + verdict)}" for verdict, n in verdicts.items())
     return (nb, f"the appendix: each of the chapter's {sum(verdicts.values())} claims about "
                 f"TinyAgent decided on {runs:,} runs by rule v2 ({told}), a re-analysis, since the "
-                f"rule was argued from those runs; its test is a third draw on new base agents "
-                f"({third.strip()}); and every difference from the book with its measurement")
+                f"rule was argued from those runs; its test, a third draw on new base agents "
+                f"({third.strip()}), gives the same verdicts at Cohen's kappa {kappa[0]} (goal "
+                f"{' '.join(kappa[1:-1])}) with {int(float(contradictions[0]))} contradictions; and "
+                f"every difference from the book with its measurement")
 
 
 def section_10_8():
