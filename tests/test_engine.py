@@ -191,6 +191,24 @@ def test_the_switch_chooses_the_plain_modules_and_torchs_adam(plain):
         engine.use("fast")
 
 
+@pytest.mark.parametrize("engine_name", engine.ENGINES)
+@pytest.mark.parametrize("keep, words", [
+    (torch.ones(4, 24), ["bool", "float32"]),
+    (torch.ones(4, 23, dtype=torch.bool), ["shaped like idx", "(4, 24)", "(4, 23)"]),
+    ([[True] * 24] * 4, ["bool tensor", "list"])])
+def test_features_refuses_a_bad_keep_before_any_pass(engine_name, keep, words, monkeypatch):
+    engine.use(engine_name)
+    try:
+        policy = Policy(seed=3)
+        for block in policy.blocks:
+            monkeypatch.setattr(block, "forward", lambda *a: pytest.fail("a pass ran"))
+        with pytest.raises(ValueError) as refused:
+            engine.features(policy, _idx(), keep)
+        assert all(w in str(refused.value) for w in words), refused.value
+    finally:
+        engine.use(None)
+
+
 @pytest.mark.parametrize("change", ["hook", "replaced layer"])
 def test_a_policy_a_reader_changed_is_computed_by_its_modules_said_once(change, capsys):
     policy = Policy(seed=3)

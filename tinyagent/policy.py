@@ -216,12 +216,12 @@ class Policy(nn.Module):
             raise ValueError(f"{B} sequences fed to a cache of {cache[0][0].shape[0]} "
                              f"(new_cache's `batch_size`)")
 
-    def check_cache(self, cache):
+    def check_cache(self, cache, where="decoding"):
         """Refuse what is not a `Cache` of this policy's shapes: a plain list, another config's
         cache, one missing a layer, keys not transposed, another dtype or device than the
-        parameters'."""
+        parameters'. `where` names the call in the refusal of a plain list."""
         c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
-        Cache.check("decoding", cache)
+        Cache.check(where, cache)
         if cache.cfg != c:
             raise ValueError(f"the cache was made for another config ({cache.cfg}), not this "
                              f"policy's ({c}): make it with this policy's new_cache")

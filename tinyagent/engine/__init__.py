@@ -134,8 +134,10 @@ def features(policy, idx, keep=None):
     kernels = _kernel_form(policy)
     if kernels is not None:
         return kernels.features(idx, keep)
+    if keep is not None:
+        keep = guard.position_mask(idx, keep)
     out = policy.features(idx)
-    return out if keep is None else out[guard.position_mask(idx, keep)]
+    return out if keep is None else out[keep]
 
 
 def head(policy, x):
@@ -187,11 +189,10 @@ class Decoder:
         drops the episodes that ended: equal to `[(k[keep], v[keep]) for k, v in cache]` in the
         first `length` positions, the only ones attention reads (the kernels move the kept rows
         up in place). The compacted cache is filled as far as `cache` was, at most `length`."""
-        guard.cache("Decoder.compact", cache)
+        self.policy.check_cache(cache, "Decoder.compact")
         if self.kernels is not None:
             return self.kernels.compact(cache, keep, length)
         from ..policy import Cache
-        self.policy.check_cache(cache)
         keep = guard.kept_rows("compact", keep, cache[0][0].shape[0])
         length = guard.position("compact", "length", length, 0, cache[0][0].shape[-1],
                                 "the positions filled, at most the cache's")

@@ -81,7 +81,9 @@ def position(where, name, value, low, high, what):
 
 def position_mask(idx, keep):
     """`keep` if it is a bool tensor shaped like the tokens idx: the positions whose features a
-    pass computes (`features`' `keep`)."""
+    pass computes (`features`' `keep`). Where idx is no tensor, its own check refuses it."""
+    if not isinstance(idx, torch.Tensor):
+        return keep
     if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.shape != idx.shape:
         raise ValueError(f"keep must be a bool tensor shaped like idx {tuple(idx.shape)}; got "
                          f"{getattr(keep, 'dtype', type(keep).__name__)} "

@@ -73,6 +73,6 @@ class KernelPolicy:
         return logits
 
     def compact(self, cache, keep, length):
-        """The cache of the sequences `keep` only, the kept rows moved up in place (kvcache.py)."""
-        self.policy.check_cache(cache)
+        """The cache of the sequences `keep` only, the kept rows moved up in place (kvcache.py
+        checks `keep` and `length`; the Decoder, that the cache is this policy's)."""
         return kvcache.compact(cache, keep, length)
