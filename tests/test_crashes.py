@@ -230,6 +230,78 @@ CASES = {
     "Adam with a gradient of another size":
         ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); p.grad = torch.ones(4)\n"
          "p.data = torch.ones(10**6); opt.step()", ["size", "gradient"]),
+    # Adam's saved state: its moments are what the C step writes in place
+    "Adam state loaded on meta":
+        ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); p.grad = torch.ones(4)\n"
+         "opt.step(); saved = opt.state_dict()\n"
+         "saved['state'] = {0: {'step': 1, 'exp_avg': meta(4), 'exp_avg_sq': meta(4)}}\n"
+         "opt = adam.Adam([p]); opt.load_state_dict(saved); opt.step()",
+         ["exp_avg", "cpu", "meta"]),
+    "Adam state loaded in another dtype":
+        ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); p.grad = torch.ones(4)\n"
+         "m = torch.zeros(4, dtype=torch.float64)\n"
+         "opt.load_state_dict({'lr': 1e-3, 'betas': (0.9, 0.999), 'eps': 1e-8,\n"
+         "                     'state': {0: {'step': 1, 'exp_avg': m, 'exp_avg_sq': m}}})",
+         ["exp_avg", "float32", "float64"]),
+    "Adam state loaded for another parameter":
+        ("p = torch.nn.Parameter(torch.ones(4)); opt = adam.Adam([p]); m = torch.zeros(4)\n"
+         "opt.load_state_dict({'lr': 1e-3, 'betas': (0.9, 0.999), 'eps': 1e-8,\n"
+         "                     'state': {3: {'step': 1, 'exp_avg': m, 'exp_avg_sq': m}}})",
+         ["other parameters", "entry 3"]),
+    "Adam state_dict of a list":
+        ("adam.Adam([torch.nn.Parameter(torch.ones(2))]).load_state_dict([1])",
+         ["state_dict", "list"]),
+    "Adam of floats": ("adam.Adam([1.0, 2.0])", ["params", "tensors", "float"]),
+    "Adam of a number": ("adam.Adam(5)", ["params", "tensors", "int"]),
+    # a bias, a mask, a policy: what the entry points name before torch does
+    "linear with a bias of another size": ("matmul.linear(torch.ones(2, 3), torch.ones(4, 3), "
+                                           "torch.ones(7))", ["bias (out,)", "(7,)"]),
+    "linear with rows of another weight": ("matmul.linear(torch.ones(2, 3), torch.randn(4, 3), "
+                                           "torch.zeros(4), torch.zeros(3, 4))",
+                                           ["rows", "weight.T", "first row"]),
+    "causal softmax of unmasked scores": ("softmax.softmax(torch.randn(2, 4, 4), causal=True)",
+                                          ["causal", "-inf", "above the diagonal"]),
+    "engine.features of a string":
+        ("engine.features('policy', torch.zeros(1, 3, dtype=torch.long))", ["Policy", "str"]),
+    "a Decoder of None": ("engine.Decoder(None)", ["Policy", "NoneType"]),
+    "torch_threads(0)": ("with engine.torch_threads(0):\n    pass", ["n", "positive integer"]),
+    "a Cache filled past its length": ("c = decoder.new_cache(2, 8); c.filled = 50\n"
+                                       "decoder.step(torch.zeros(2, dtype=torch.long), 7, c)",
+                                       ["filled", "[0, 8]", "50"]),
+    "a Cache whose layers share one pair": ("c = Cache([layer(2, 8)] * 2, policy.cfg)\n"
+                                             "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)",
+                                             ["layers", "share", "new_cache"]),
+    "a Cache's fill set negative": ("c = decoder.new_cache(2, 8); c.filled = -3\n"
+                                    "decoder.step(torch.zeros(2, dtype=torch.long), 0, c)",
+                                    ["filled", "[0, 8]", "-3"]),
+    # attention and a block called directly with one layer's (keys, values): no fill to check,
+    # but their shapes, dtype, device and the positions are
+    "attention on an untransposed pair": ("k, v = layer(2, 8)\n"
+                                          "policy.blocks[0].attn(torch.randn(2, 1, 66), (v, v), 0)",
+                                          ["keys", "transposed"]),
+    "attention on a pair of another batch":
+        ("policy.blocks[0].attn(torch.randn(3, 1, 66), layer(2, 8), 0)", ["B = 3"]),
+    "attention past the pair": ("policy.blocks[0].attn(torch.randn(2, 1, 66), layer(2, 8), 8)",
+                                ["pos", "8 positions"]),
+    "attention at a negative position":
+        ("policy.blocks[0].attn(torch.randn(2, 1, 66), layer(2, 8), -1)", ["pos", ">= 0"]),
+    "attention of a prefix after position 0": ("policy.blocks[0].attn(torch.randn(2, 3, 66), "
+                                               "layer(2, 8), 2)", ["prefix", "position 0"]),
+    "attention on a meta pair": ("policy.blocks[0].attn(torch.randn(2, 1, 66), "
+                                 "(meta(2, 6, 11, 8), meta(2, 6, 8, 11)), 0)", ["cpu", "meta"]),
+    "attention on a float64 pair": ("k, v = layer(2, 8)\n"
+                                    "policy.blocks[0].attn(torch.randn(2, 1, 66), "
+                                    "(k.double(), v.double()), 0)", ["float32", "float64"]),
+    "attention on a whole Cache": ("policy.blocks[0].attn(torch.randn(2, 1, 66), "
+                                   "policy.new_cache(2, 8), 0)", ["pair", "cache[i]"]),
+    "attention on three tensors": ("k, v = layer(2, 8)\n"
+                                   "policy.blocks[0].attn(torch.randn(2, 1, 66), [k, v, v], 0)",
+                                   ["pair", "of 3"]),
+    "attention of 2-D features": ("policy.blocks[0].attn(torch.randn(2, 66))", ["x", "(B, T, C)"]),
+    "a block on a pair at a negative position":
+        ("policy.blocks[0](torch.randn(2, 1, 66), layer(2, 8), -1)", ["pos", ">= 0"]),
+    "a block of features of another width": ("policy.blocks[0](torch.randn(2, 3, 65))",
+                                             ["x", "C = 66"]),
     # the torch engine (TINYAGENT_ENGINE=torch) refuses as the kernels do
     "torch engine: Adam with eps=nan": ("engine.use('torch')\n"
                                         "engine.Adam([torch.nn.Parameter(torch.ones(2))], "

@@ -40,7 +40,8 @@ def test_clip_bounds_on_both_sides():
     ("eps_low", 1.5, r"\[0, 1\)"), ("eps_low", -0.1, r"\[0, 1\)"), ("eps_high", -0.2, "non-negative"),
     ("temperature", 0.0, "positive"), ("lr", float("nan"), r"in \[0, 1e\+06\]"), ("kl_coef", -0.1, r"in \[0, 1e\+06\]"),
     ("kl_coef", 1e39, "overflow the float32 policy"), ("lr", 1e308, "overflow"),
-    ("minibatches", 3, "must divide"), ("group_size", 0, "positive integer")])
+    ("minibatches", 3, "must divide"), ("group_size", 0, "positive integer"),
+    ("group_size", 1, "at least 2")])
 def test_config_fields_are_refused_outside_their_range(field, value, allowed):
     with pytest.raises(ValueError, match=allowed):
         RLConfig(**{field: value})
@@ -78,6 +79,8 @@ def test_kl_loss_pulls_toward_the_reference():
 def test_group_sizes_and_counts_must_be_positive_integers():
     with pytest.raises(ValueError, match="group_size must be a positive integer"):
         compute_advantages(torch.zeros(8, dtype=torch.float64), 0)
+    with pytest.raises(ValueError, match="group_size must be at least 2"):     # the std of one: NaN
+        compute_advantages(torch.zeros(8, dtype=torch.float64), 1)
     with pytest.raises(ValueError, match="epochs must be a positive integer"):
         RLConfig(epochs=2.5)
 
@@ -190,10 +193,13 @@ def test_a_run_continued_from_its_state_gives_the_bits_of_one_run():
     (dict(tasks=[]), ValueError, "tasks must hold at least one item"),
     (dict(cfg={"lr": 1e-3}), TypeError, "cfg must be a RLConfig, got dict"),
     (dict(hooks=print), TypeError, "hooks must be a LoopHooks"),
-    (dict(state=(None, None, 0)), TypeError, "state must be a TrainingState")])
+    (dict(state=(None, None, 0)), TypeError, "state must be a TrainingState"),
+    (dict(policy=None), TypeError, "policy must be a Policy, got NoneType"),
+    (dict(reference="ref"), TypeError, "reference must be a Policy, got str"),
+    (dict(progress="yes"), TypeError, "progress must be True .* False .* or a function")])
 def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message):
     with pytest.raises(error, match=message):
-        train_rl(Policy(seed=0), **{"cfg": RLConfig(), "steps": 1, **kwargs})
+        train_rl(**{"policy": Policy(seed=0), "cfg": RLConfig(), "steps": 1, **kwargs})
 
 
 def test_integer_rewards_are_rewards():

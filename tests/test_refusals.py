@@ -13,11 +13,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinyagent import engine
+from tinyagent import engine, sampler
 from tinyagent.checkpoint import RL_BASE_CHECKPOINT, save_policy
 from tinyagent.engine import kvcache
 from tinyagent.harness import fingerprint
+from tinyagent.gym import TRAIN_TASKS
 from tinyagent.policy import Cache, Policy, PolicyConfig
+from tinyagent.regularize import AdaptiveKLController
+from tinyagent.science import study
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = RL_BASE_CHECKPOINT.with_name("agent_1.pt")
@@ -46,6 +49,14 @@ COMMANDS = {
                                              ["unrecognized arguments", "--part"]),
     "fingerprint with a stray word": (["tinyagent.harness.fingerprint", "parts"],
                                       ["unrecognized arguments", "parts"]),
+    "rebuild into a missing directory": (["tinyagent.harness.rebuild", "--out", "no/such/dir/x.pt"],
+                                         ["no/such/dir", "is not a directory"]),
+    "the kernel probe with an argument": (["tinyagent.harness.probe", "--bogus"],
+                                          ["unrecognized arguments", "--bogus"]),
+    "the power analysis with an argument": (["tinyagent.science.replication_v2", "--bogus"],
+                                            ["unrecognized arguments", "--bogus"]),
+    "the study on a cluster address without a port": (["tinyagent.science.study", "--cluster",
+                                                       "nonsense"], ["--cluster", "host:port"]),
 }
 
 
@@ -172,5 +183,42 @@ def test_a_cache_refuses_a_config_or_fill_it_cannot_have(name):
     args, kind, words = CACHE_FIELDS[name]
     with pytest.raises(kind) as refused:
         Cache(Policy().new_cache(1, 4), *args)
+    missing = [w for w in words if w not in str(refused.value)]
+    assert not missing, f"{name}: the error lacks {missing}: {refused.value}"
+
+
+# The public functions a notebook calls, each refusing what it cannot compute with, before any
+# work: (the call, the error's type, its key words)
+CALLS = {
+    "a rollout without a generator": (lambda: sampler.rollout(Policy(), TRAIN_TASKS[:2], None),
+                                      TypeError, ["gen", "Generator", "NoneType"]),
+    "a rollout with a seed for a generator": (lambda: sampler.rollout(Policy(), TRAIN_TASKS[:2], 0),
+                                              TypeError, ["gen", "Generator", "int"]),
+    "a rollout of one Task, not a list": (lambda: sampler.rollout(Policy(), TRAIN_TASKS[0],
+                                                                  torch.Generator()),
+                                          TypeError, ["tasks", "list or tuple", "Task"]),
+    "token_logprobs in groups of 0 rows": (lambda: sampler.token_logprobs(
+        Policy(), torch.zeros(2, 5, dtype=torch.long), mask=torch.zeros(2, 5, dtype=torch.bool),
+        group_rows=0), ValueError, ["group_rows", "positive integer"]),
+    "a Policy of a dict": (lambda: Policy({"n_layer": 2}), TypeError, ["cfg", "PolicyConfig"]),
+    "a Policy seeded with a string": (lambda: Policy(seed="a"), TypeError, ["seed", "integer"]),
+    "save_policy of a string": (lambda: save_policy("policy", "/tmp/x.pt"), TypeError,
+                                ["policy", "Policy", "str"]),
+    "save_policy of a float64 copy": (lambda: save_policy(Policy().double(), "/tmp/x.pt"),
+                                      ValueError, ["float32", "float64", "policy.float()"]),
+    "save_policy into a missing directory": (lambda: save_policy(Policy(), "/no/such/dir/x.pt"),
+                                             ValueError, ["/no/such/dir", "is not a directory"]),
+    "an adaptive KL aiming at a negative target": (lambda: AdaptiveKLController(0.1, -1.0),
+                                                   ValueError, ["target > 0", "target=-1.0"]),
+    "the records of a draw named by a string": (lambda: study.load_records(draw="third"), TypeError,
+                                                ["draw", "Draw", "str"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_a_public_function_refuses_before_it_computes(name):
+    call, kind, words = CALLS[name]
+    with pytest.raises(kind) as refused:
+        call()
     missing = [w for w in words if w not in str(refused.value)]
     assert not missing, f"{name}: the error lacks {missing}: {refused.value}"

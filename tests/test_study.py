@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tinyagent import files
 from tinyagent.science import study
 from tinyagent.policy import Policy
 from tinyagent.harness.runs import CODE_VERSION
@@ -97,7 +98,17 @@ def _string(lines):
     lines[1]["history"][0]["reward"] = "0.5"
 
 
+def _no_design(lines):
+    del lines[0]["manifest"]["design"]
+
+
+def _records_listed_as_a_list(lines):
+    lines[0]["manifest"]["records"] = list(lines[0]["manifest"]["records"])
+
+
 @pytest.mark.parametrize("tamper, says", [
+    (_no_design, "its manifest must be a mapping with a design"),
+    (_records_listed_as_a_list, "records .a mapping of cell to SHA-256."),
     (_edit_number, "content differs from the manifest"), (_zero_sha, "content differs"),
     (_cut_history, "content differs"), (_duplicate, "recorded twice"),
     (_conflict, "recorded twice, differently"), (_delete, "in the manifest but not in the file"),
@@ -303,6 +314,8 @@ def _set(where, key, value):
     (lambda r: {**r, "sha256": r["sha256"][:40]}, ["sha256 is not a SHA-256"]),
     (lambda r: {k: v for k, v in r.items() if k != "eval"}, ["no eval"]),
     (lambda r: {k: v for k, v in r.items() if k != "agent"}, ["no agent"]),
+    (_set("eval", "pass@1", "0.5"), ["eval pass@1 '0.5'", "finite int or float"]),
+    (_set("history", "kl", float("inf")), ["step 1 kl inf", "not finite"]),
 ])
 def test_a_number_out_of_its_range_is_refused_whatever_the_manifest_says(small_design, change, words):
     path, records = small_design
@@ -370,8 +383,39 @@ def test_a_pilot_number_out_of_range_is_refused_even_with_its_manifest_recompute
     ([], ("no such setting",), ["settings", "none"]),
     ([], "none", ["settings", "among"]),
     ("records", study.SETTINGS, ["records", "list"]),
+    ([{"seed": 0, "setting": "none"}], study.SETTINGS, ["records", "agent, seed and setting"]),
 ])
 def test_by_agent_refuses_what_would_leave_every_seed_out(records, settings, words):
     with pytest.raises((TypeError, ValueError)) as err:
         study.by_agent(records, settings)
     assert all(w in str(err.value) for w in words)
+
+
+# The committed files the science layer reads when it is imported, each with the digest its reader
+# compares: (the reader's module, the file's attribute, the digest's attribute)
+COMMITTED_PLANS = {
+    "the fresh draw's plan (agents, study, plan)":
+        ("tinyagent.science.agents", "PLAN", "PLAN_SHA256"),
+    "rule v2 (plan_v2)": ("tinyagent.science.plan_v2", "PLAN_V2_FILE", "PLAN_V2_SHA256"),
+}
+
+
+@pytest.mark.parametrize("name", list(COMMITTED_PLANS))
+@pytest.mark.parametrize("tamper, words", [
+    (lambda text: text.replace('"resamples": ', '"resamples": 1', 1),
+     ["is not the committed file", "a changed rule is a new plan file", "restore it"]),
+    (lambda text: text[:len(text) // 2], ["is not the committed file", "restore it"]),
+])
+def test_a_plan_edited_after_its_records_is_refused_where_it_is_read(name, tamper, words, tmp_path):
+    """The readers at import compare the committed digest: an edited or truncated copy of the
+    plan is refused naming the file (the committed one reads as it is)."""
+    import importlib
+    module, file, digest = COMMITTED_PLANS[name]
+    module = importlib.import_module(module)
+    path, sha = getattr(module, file), getattr(module, digest)
+    assert files.read_json(path, "git checkout", sha256=sha)["rule"]
+    copy = tmp_path / path.name
+    copy.write_text(tamper(path.read_text()))
+    with pytest.raises(study.StaleStudy) as info:
+        study.read_json(copy, "git checkout of the committed plan", sha256=sha)
+    assert all(w in str(info.value) for w in words + [path.name]), str(info.value)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from . import engine
-from .checks import path as path_arg
+from .checks import instance, path as path_arg
 from .files import write_atomically
 from .policy import Policy, PolicyConfig
 from .vocab import VOCAB_SIZE
@@ -59,11 +59,15 @@ def is_shipped_checkpoint(path):
 
 def check_writable(path, replace_shipped=False):
     """`path` as a Path if `save_policy(..., path, replace_shipped)` may write there: a path ending
-    in .pt that is not the shipped checkpoint (under any spelling, unless `replace_shipped`) nor
-    a checkpoint already beside it (the study's agents: a new one may be added there, none
-    overwritten). Otherwise a ValueError, so that a command can refuse before its work."""
+    in .pt, in a directory that exists, that is not the shipped checkpoint (under any spelling,
+    unless `replace_shipped`) nor a checkpoint already beside it (the study's agents: a new one
+    may be added there, none overwritten). Otherwise a ValueError, so that a command can refuse
+    before its work."""
     path = path_arg("path", path)
     sums = _checksum_path(path)
+    if not path.parent.is_dir():
+        raise ValueError(f"cannot write {path}: {path.parent} is not a directory; create it "
+                         f"first, or save elsewhere")
     if not replace_shipped and (is_shipped_checkpoint(path) or is_shipped_checkpoint(sums)):
         raise ValueError(f"{path} is the shipped checkpoint {RL_BASE_CHECKPOINT}; save elsewhere, "
                          f"or rebuild it with `python -m tinyagent.harness.rebuild --replace`")
@@ -79,14 +83,20 @@ def save_policy(policy, path, replace_shipped=False):
     atomically, so a killed save never leaves a half-written checkpoint. Returns the SHA-256.
     Where it may not write is `check_writable`'s. A policy whose tensors are not on the CPU (a
     meta-device policy has no values at all) is refused before anything is written, as
-    `load_policy` would refuse what it wrote."""
+    `load_policy` would refuse what it wrote, and so is one in another precision than float32,
+    which `load_policy` would round to float32."""
     path = check_writable(path, replace_shipped)
     sums = _checksum_path(path)
+    instance("policy", policy, Policy)
     elsewhere = sorted({str(t.device) for t in policy.state_dict().values() if not t.is_cpu})
     if elsewhere:
         raise ValueError(f"save_policy saves a policy on the CPU; this one has tensors on "
                          f"{', '.join(elsewhere)} (a meta tensor has no values): move it with "
                          f"policy.cpu(), or load its weights first")
+    if policy.head.weight.dtype != torch.float32:       # load_policy would round it to float32
+        raise ValueError(f"save_policy saves a float32 policy (the policy's precision), this one "
+                         f"is {policy.head.weight.dtype}: save policy.float(), or keep the copy "
+                         f"in memory")
     data = _state_bytes(policy)
     digest = hashlib.sha256(data).hexdigest()
     write_atomically(path, data)      # killed before the next line: the checksums differ, and

@@ -1,7 +1,9 @@
 """Files written whole or not at all: a checkpoint, a run cache entry or the study's records is
 never left half-written by a full disk or a killed process."""
 import hashlib
+import json
 import os
+from pathlib import Path
 
 from .checks import file_path
 
@@ -26,3 +28,20 @@ def write_atomically(path, data):
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def read_json(path, restore, error=ValueError, sha256=None):
+    """A committed JSON file, or `error` naming the file and how to restore it (`restore`, e.g.
+    "make agents" or "git checkout of the committed file"): where it cannot be read, or, with
+    `sha256`, where its bytes are not those committed (a plan edited after the records it
+    judges)."""
+    try:
+        data = Path(path).read_bytes()
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise error(f"{path} is not the committed file (its SHA-256 "
+                        f"{hashlib.sha256(data).hexdigest()[:12]}, the committed {sha256[:12]}): "
+                        f"a plan is declared before the records it judges, and a changed rule is "
+                        f"a new plan file; restore it: {restore}")
+        return json.loads(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{path} cannot be read ({err}); restore it: {restore}") from None

@@ -17,12 +17,21 @@ from .checks import (all_finite, finite_nonempty, instance, nonempty_list, posit
                      real_number, seed_int, temperature)
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
+from .policy import Policy
 from .sampler import rollout, token_logprobs
 
 
 # The largest learning rate or loss coefficient a config takes: a coefficient times a loss term
 # must stay far inside float32's range (3.4e38); at 1e39 one step overflows every parameter.
 MAX_COEFFICIENT = 1e6
+
+
+def check_group_size(value):
+    """`value` as an int if it is an integer >= 2: advantages compare the attempts of a group."""
+    if positive_int("group_size", value) < 2:
+        raise ValueError(f"group_size must be at least 2: advantages compare the attempts of a "
+                         f"group, and the std of one reward is NaN (got {value})")
+    return int(value)
 
 
 def coefficient(name, value):
@@ -70,11 +79,9 @@ class RLConfig:
         if self.kl_kind not in self.allowed_kl_kinds:
             raise ValueError(f"unknown kl_kind {self.kl_kind!r}; allowed: "
                              f"{', '.join(self.allowed_kl_kinds)}")
-        for name in ("tasks_per_step", "group_size", "epochs", "minibatches"):
+        for name in ("tasks_per_step", "epochs", "minibatches"):
             set_field(name, positive_int(name, getattr(self, name)))
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be at least 2: advantages compare the attempts "
-                             f"of a group, and the std of one reward is NaN (got {self.group_size})")
+        set_field("group_size", check_group_size(self.group_size))
         set_field("seed", seed_int("seed", self.seed))
         set_field("eps_low", real_number("eps_low", self.eps_low, lambda v: 0 <= v < 1,
                                          "in [0, 1) so the ratio floor 1 - eps_low stays positive"))
@@ -115,7 +122,7 @@ def behavior_stats(batch):
 def compute_advantages(rewards, group_size):
     """Group-normalized advantages (r - mean) / std within each group of attempts; exactly zero
     for a group whose rewards are identical. Returns (advantages, share of such groups)."""
-    positive_int("group_size", group_size)
+    group_size = check_group_size(group_size)
     if isinstance(rewards, torch.Tensor) and not rewards.is_floating_point():
         rewards = rewards.double()                      # 0/1 rewards as integers are rewards
     finite_nonempty("rewards", rewards)
@@ -264,10 +271,15 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
     log as the step ends (how the harness counts the steps of runs in worker processes)."""
     tasks = TRAIN_TASKS if tasks is None else tasks
     report = progress if callable(progress) else None
+    if not isinstance(progress, bool) and report is None:
+        raise TypeError(f"progress must be True (a progress bar), False (nothing) or a function "
+                        f"called with each step's log, got {progress!r:.100}")
     positive_int("steps", steps)
+    instance("policy", policy, Policy)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     hooks = instance("hooks", hooks, LoopHooks)
-    reference = frozen_copy(policy) if reference is None else reference
+    reference = frozen_copy(policy) if reference is None else instance("reference", reference,
+                                                                       Policy)
     state = TrainingState.start(policy, cfg) if state is None else instance(
         "state", state, TrainingState)
     history = []

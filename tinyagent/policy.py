@@ -1,7 +1,7 @@
 """The TinyAgent policy: a ~155k-parameter decoder-only transformer in float32, in plain PyTorch.
 
-Read top-down: config, attention, MLP, block, model. The model never imports the gym: it maps
-token ids to next-token logits, nothing more. Saving and loading live in checkpoint.py.
+Read top-down: config, attention, MLP, block, cache, model; the checks of their inputs close
+the file. The model never imports the gym: it maps token ids to next-token logits, nothing more. Saving and loading live in checkpoint.py.
 
 This file is the model's definition. The trainers reach it through `tinyagent.engine`, which by
 default computes this same function from these same parameters with its own kernels (the same
@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import int_in, positive_int, row_indices, token_ids
+from .checks import instance, int_in, positive_int, row_indices, seed_int, token_ids
 from .vocab import VOCAB_SIZE
 
 
@@ -44,10 +44,16 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, cache=None, pos=0):
         """Causal attention over x (B, T, C). With a `cache` (one layer's (keys, values) of a
-        `Cache`, which `Policy.features` has checked), x holds the tokens at positions
-        pos .. pos+T-1: their keys and values are stored there and the queries attend to every
-        position stored so far."""
+        `Cache`), x holds the tokens at positions pos .. pos+T-1: their keys and values are
+        stored there and the queries attend to every position stored so far. A pair of the
+        wrong shape, dtype or device, or positions outside it, is refused before anything is
+        written; a pair does not say how far it is filled, so positions before `pos` must hold
+        keys and values already (`Policy.features`, given the whole Cache, checks that too)."""
+        check_features("CausalSelfAttention", x, self.qkv.in_features)
         B, T, C = x.shape
+        if cache is not None:
+            layer_length("CausalSelfAttention: the cache", cache, B, self.n_head, C // self.n_head,
+                         x.dtype, x.device, pos, T)
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (q, k, v))                               # (B, nh, T, hs)
@@ -84,6 +90,9 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cache=None, pos=0):
+        """x (B, T, C) through attention and the MLP, each added to it (`cache` and `pos`: see
+        CausalSelfAttention)."""
+        check_features("Block", x, self.ln_1.normalized_shape[0])
         x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
@@ -123,13 +132,13 @@ class Policy(nn.Module):
 
     def __init__(self, cfg=PolicyConfig(), seed=0):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = instance("cfg", cfg, PolicyConfig)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size)
-        self._init_weights(torch.Generator().manual_seed(seed))
+        self._init_weights(torch.Generator().manual_seed(seed_int("seed", seed)))
 
     def _init_weights(self, gen):
         for name, p in self.named_parameters():
@@ -219,7 +228,8 @@ class Policy(nn.Module):
     def check_cache(self, cache, where="decoding"):
         """Refuse what is not a `Cache` of this policy's shapes: a plain list, another config's
         cache, one missing a layer, keys not transposed, another dtype or device than the
-        parameters'. `where` names the call in the refusal of a plain list."""
+        parameters', layers that share a tensor, a fill past its length. `where` names the call
+        in the refusal of what is not a Cache."""
         c, hs = self.cfg, self.cfg.n_embd // self.cfg.n_head
         Cache.check(where, cache)
         if cache.cfg != c:
@@ -229,26 +239,65 @@ class Policy(nn.Module):
             raise ValueError(f"the cache must hold one (keys, values) pair per layer, "
                              f"{c.n_layer} layers, got {len(cache)}")
         dtype = self.head.weight.dtype
-        for i, layer in enumerate(cache):
-            if not isinstance(layer, (tuple, list)) or len(layer) != 2:
-                raise ValueError(f"the cache's layer {i} must be a pair (keys, values), got "
-                                 f"{type(layer).__name__}: make the cache with new_cache")
-            keys, values = layer
-            for name, t in (("keys", keys), ("values", values)):
-                if not isinstance(t, torch.Tensor) or not t.is_cpu or t.dtype != dtype:
-                    raise ValueError(f"the cache's layer {i} {name} must be {dtype} tensors on "
-                                     f"the cpu, as this policy's parameters, got "
-                                     f"{getattr(t, 'dtype', type(t).__name__)} on "
-                                     f"{getattr(getattr(t, 'device', None), 'type', None)}: "
-                                     f"make the cache with new_cache")
-            if keys.dim() != 4 or keys.shape[1:3] != (c.n_head, hs) \
-                    or values.shape != (keys.shape[0], c.n_head, keys.shape[3], hs) \
-                    or keys.shape != cache[0][0].shape:
-                raise ValueError(f"the cache's layer {i} has keys {tuple(keys.shape)} and values "
-                                 f"{tuple(values.shape)}; this policy's config stores keys "
-                                 f"transposed, (B, nh, hs, L) = (B, {c.n_head}, {hs}, L), values "
-                                 f"(B, {c.n_head}, L, {hs}), every layer alike: make the cache "
-                                 f"with new_cache")
+        B = cache[0][0].shape[0] if isinstance(cache[0], (tuple, list)) \
+            and isinstance(cache[0][0], torch.Tensor) and cache[0][0].dim() else None
+        L = layer_length("the cache's layer 0", cache[0], B, c.n_head, hs, dtype, CPU)
+        for i, layer in enumerate(cache[1:], 1):
+            if layer_length(f"the cache's layer {i}", layer, B, c.n_head, hs, dtype, CPU) != L:
+                raise ValueError(f"the cache's layer {i} holds {layer[0].shape[-1]} positions, "
+                                 f"layer 0 {L}: every layer alike, make the cache with "
+                                 f"new_cache")
+        if len({t.data_ptr() for layer in cache for t in layer}) < 2 * len(cache):
+            raise ValueError("the cache's layers must each hold keys and values of their own; "
+                             "some share one tensor (as [pair] * n_layer would), so a layer "
+                             "would overwrite another's: make the cache with new_cache")
+        if not (isinstance(cache.filled, int) and 0 <= cache.filled <= L):
+            raise ValueError(f"the cache's filled must be an integer in [0, {L}], the positions "
+                             f"it holds (new_cache's `length`), got {cache.filled!r}")
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())
+
+
+# ------------------------------------------ the checks of a block's input and of a cache's layer
+
+CPU = torch.device("cpu")       # where decoding's caches are (the engine's kernels read CPU memory)
+
+
+def check_features(where, x, C):
+    """Refuse x that is not a (B, T, C) tensor: the features a block or its attention reads."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != C:
+        raise ValueError(f"{where}: x must be a tensor of features (B, T, C) with C = {C}, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+
+
+def layer_length(where, layer, B, n_head, hs, dtype, device, pos=None, T=1):
+    """L, the positions of one layer's cache `layer`, a pair (keys (B, nh, hs, L), values
+    (B, nh, L, hs)) of `dtype` tensors on `device` for B sequences and n_head heads of hs
+    channels; with `pos`, also refuse T tokens at positions pos .. pos+T-1 outside it, and a
+    prefix anywhere but at position 0. Otherwise an error naming `where` and what is allowed."""
+    if isinstance(layer, Cache) or not isinstance(layer, (tuple, list)) or len(layer) != 2:
+        raise ValueError(f"{where} must be one layer's pair (keys, values), such as cache[i] of "
+                         f"a Cache, got a {type(layer).__name__}"
+                         f"{f' of {len(layer)}' if isinstance(layer, (tuple, list)) else ''}: "
+                         f"make the cache with new_cache")
+    keys, values = layer
+    for name, t in (("keys", keys), ("values", values)):
+        if not isinstance(t, torch.Tensor) or t.device != device or t.dtype != dtype:
+            got = f"{t.dtype} on {t.device.type}" if isinstance(t, torch.Tensor) \
+                else f"a {type(t).__name__}"
+            raise ValueError(f"{where}'s {name} must be {dtype} tensors on the {device.type}, as "
+                             f"this policy's parameters, got {got}: make the cache with "
+                             f"new_cache")
+    L = keys.shape[-1] if keys.dim() == 4 else None
+    if keys.shape != (B, n_head, hs, L) or values.shape != (B, n_head, L, hs):
+        raise ValueError(f"{where} has keys {tuple(keys.shape)} and values "
+                         f"{tuple(values.shape)}; this policy's config stores keys transposed, "
+                         f"(B, nh, hs, L) = ({B}, {n_head}, {hs}, L), values ({B}, {n_head}, L, "
+                         f"{hs}), for B = {B} sequences: make the cache with new_cache")
+    if pos is not None and (isinstance(pos, bool) or not isinstance(pos, int) or pos < 0
+                            or pos + T > L or (pos > 0 and T > 1)):
+        raise ValueError(f"{where} holds {L} positions: pos must be an int >= 0 with pos + T "
+                         f"<= {L} for T = {T} tokens, and a prefix (T > 1) goes at position 0; "
+                         f"got pos={pos!r}")
+    return L

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from . import engine
-from .checks import all_finite, instance, temperature as check_temperature, token_ids
+from .checks import all_finite, instance, positive_int, temperature as check_temperature, token_ids
 from .gym import MAX_EPISODE_TOKENS, Episode, Task, call_ended
 from .policy import Policy
 from .vocab import PAD
@@ -75,6 +75,10 @@ def rollout(policy, tasks, gen, temperature=1.0):
     """Run one episode per task in `tasks` (repeat a task for a group of attempts)."""
     check_temperature("temperature", temperature)
     instance("policy", policy, Policy)
+    instance("gen", gen, torch.Generator)       # None would draw from torch's global generator
+    if not isinstance(tasks, (list, tuple)):
+        raise TypeError(f"tasks must be a list or tuple of Tasks (repeat a task for a group of "
+                        f"attempts), got a {type(tasks).__name__}")
     if not tasks:
         raise ValueError("rollout needs at least one task")
     for task in tasks:
@@ -166,6 +170,7 @@ def token_logprobs(policy, tokens, temperature=1.0, mask=None, group_rows=8):
     check_temperature("temperature", temperature)
     instance("policy", policy, Policy)
     token_ids("tokens", tokens, policy.cfg.vocab_size)
+    positive_int("group_rows", group_rows)
     if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool):
         raise TypeError(f"mask must be a bool tensor (True at the positions to compute), got "
                         f"{getattr(mask, 'dtype', type(mask).__name__)}")

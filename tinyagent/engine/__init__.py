@@ -103,6 +103,10 @@ def start():
 def _kernel_form(policy):
     """The policy as the kernels compute it (kernel_policy.KernelPolicy), or None where its
     modules compute it: on the torch engine, and for a policy the kernels do not handle."""
+    from ..policy import Policy
+    if not isinstance(policy, Policy):
+        raise TypeError(f"the engine computes a tinyagent.policy.Policy, got a "
+                        f"{type(policy).__name__}")
     start()
     if in_force() != "kernels":
         if requested() == "kernels":
@@ -110,7 +114,6 @@ def _kernel_form(policy):
                     "computing with plain PyTorch, whose digits differ from the stored outputs; "
                     "`pip install -e .` with a C compiler builds them")
         return None
-    from ..policy import Policy
     from .kernel_policy import KernelPolicy
     from .weights import why_not
     form = _forms.get(policy)

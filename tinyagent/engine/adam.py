@@ -43,9 +43,15 @@ class Adam:
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         lr, betas, eps = guard.adam_settings(lr, betas, eps)
+        if isinstance(params, torch.Tensor) or not hasattr(params, "__iter__"):
+            raise TypeError(f"Adam: params must be an iterable of tensors (policy.parameters()), "
+                            f"got a {type(params).__name__}")
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got no parameters to optimize")
+        if not all(isinstance(p, torch.Tensor) for p in self.params):
+            raise TypeError(f"Adam: params must be an iterable of tensors (policy.parameters()), "
+                            f"got {', '.join(sorted({type(p).__name__ for p in self.params}))}")
         self.param_groups = [{"params": self.params, "lr": lr, "betas": betas, "eps": eps}]
         self.state = {}                  # parameter index -> its step count and two moments
 
@@ -96,11 +102,26 @@ class Adam:
 
     def load_state_dict(self, saved):
         """Continue from `state_dict()`'s output, for the same parameters: copies, so that the
-        saved state is left as it was."""
-        shapes = {i: tuple(p.shape) for i, p in enumerate(self.params)}
-        if any(shapes.get(i) != tuple(s["exp_avg"].shape) for i, s in saved["state"].items()):
-            raise ValueError(f"the saved Adam state is for other parameters: its shapes do not "
-                             f"match these {len(self.params)} parameters'")
-        self.param_groups[0].update(lr=saved["lr"], betas=tuple(saved["betas"]), eps=saved["eps"])
+        saved state is left as it was. Each parameter's moments must be dense CPU tensors of its
+        own size and dtype, as `step` made them (the step's kernel writes them in place)."""
+        if not isinstance(saved, dict) or not {"lr", "betas", "eps", "state"} <= saved.keys() \
+                or not isinstance(saved["state"], dict):
+            raise TypeError(f"Adam.load_state_dict takes what state_dict() returns, a dict of lr, "
+                            f"betas, eps and state (parameter index -> step, exp_avg, "
+                            f"exp_avg_sq), got {type(saved).__name__}")
+        lr, betas, eps = guard.adam_settings(saved["lr"], saved["betas"], saved["eps"])
+        for i, s in saved["state"].items():
+            p = self.params[i] if isinstance(i, int) and 0 <= i < len(self.params) else None
+            if p is None or not isinstance(s, dict) \
+                    or not {"step", "exp_avg", "exp_avg_sq"} <= s.keys():
+                raise ValueError(f"the saved Adam state is for other parameters: entry {i!r} is "
+                                 f"not the step and moments of one of these {len(self.params)}")
+            for name in ("exp_avg", "exp_avg_sq"):
+                guard.tensor("Adam.load_state_dict", f"parameter {i}'s {name}", s[name], p.dtype)
+                if s[name].shape != p.shape:
+                    raise ValueError(f"the saved Adam state is for other parameters: parameter "
+                                     f"{i}'s {name} has size {tuple(s[name].shape)}, the "
+                                     f"parameter {tuple(p.shape)}")
+        self.param_groups[0].update(lr=lr, betas=betas, eps=eps)
         self.state = {i: {"step": s["step"], "exp_avg": s["exp_avg"].clone(),
                           "exp_avg_sq": s["exp_avg_sq"].clone()} for i, s in saved["state"].items()}

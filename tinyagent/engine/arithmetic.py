@@ -149,7 +149,9 @@ def torch_threads(n):
     """Run the body on `n` torch threads, then give the caller back its own count (the engine's
     start, `tinyagent.engine.start`, comes first, so that it does not reset them inside)."""
     import torch
+    from ..checks import positive_int
     from . import start
+    positive_int("torch_threads' n", n)
     start()
     before = torch.get_num_threads()
     torch.set_num_threads(n)

@@ -257,27 +257,33 @@ def _linear_backward(grad, rows, weight, needs=(True, True, True)):
 def linear(x, weight, bias=None, rows=None):
     """x (..., in) @ weight.T (in, out) + bias, as nn.Linear computes it, through the kernel, the
     bias added as each product is stored (the same bits as `+`, one operator less). `rows`,
-    weight.T copied into rows (`Policy.fixed_weights`), spares the kernel its copy of the
-    transposed weight at every product; the gradients are taken from the weight itself. Dense CPU
-    tensors, every size below 2**31."""
+    weight.T copied into rows (`weights.Weights.rows`), spares the kernel its copy of the
+    transposed weight at every product (its first row is compared with the weight's first
+    column); the gradients are taken from the weight itself. Dense CPU tensors, every size below
+    2**31."""
     where = "linear"
     for name, t in (("x", x), ("weight", weight)) + ((("bias", bias),) if bias is not None else ()):
         guard.tensor(where, name, t, dtype=None)
     if rows is not None:
         guard.tensor(where, "rows", rows)
         guard.shape(where, "rows", rows, tuple(weight.shape)[::-1], " (weight.T's)")
-    if weight.dim() != 2 or x.dim() < 1:
-        raise ValueError(f"{where}: x (..., in) and weight (out, in), got shapes "
-                         f"{tuple(x.shape)} and {tuple(weight.shape)}")
+    if weight.dim() != 2 or x.dim() < 1 or (bias is not None and bias.shape != weight.shape[:1]):
+        raise ValueError(f"{where}: x (..., in), weight (out, in) and bias (out,), got shapes "
+                         f"{tuple(x.shape)}, {tuple(weight.shape)} and "
+                         f"{None if bias is None else tuple(bias.shape)}")
     if bias is None or not x.dtype == weight.dtype == bias.dtype == torch.float32 \
-            or x.shape[-1] != weight.shape[1] or bias.shape != weight.shape[:1] \
-            or not bias.is_contiguous():
+            or x.shape[-1] != weight.shape[1] or not bias.is_contiguous():
         y = matmul(x, weight.t())           # another precision, no bias, or bad input's errors
         return y if bias is None else y + bias
     if not x.numel() or not weight.numel():      # an empty operand: torch's product
         return matmul(x, weight.t()) + bias
     guard.sizes(where, rows=math.prod(x.shape[:-1]), out=weight.shape[0],
                 **{"in": weight.shape[1]})
+    if rows is not None and not torch.equal(rows[:, 0].view(torch.int32),      # bits: NaN too
+                                            weight[0].detach().view(torch.int32)):
+        raise ValueError(f"{where}: rows must be weight.T copied into rows, and its first row is "
+                         f"not weight's first column (another layer's rows, or a copy from "
+                         f"before the weight changed): pass this weight's rows, or none")
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
         return _Linear.apply(x, weight, bias, rows)
     return _bmm(x.contiguous(), weight.t() if rows is None else rows, bias=bias)

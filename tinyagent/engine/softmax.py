@@ -48,8 +48,15 @@ def softmax(att, causal=False):
     """softmax(att) over its last dimension, with `F.softmax`'s bits. With `causal`, att's last
     two dimensions are square and every entry above their diagonal is already -inf (attention's
     scores over a prefix, `matmul.scores`); those come out 0, as from torch, without being
-    computed. A dense floating-point CPU tensor."""
+    computed, so scores without that mask are refused. A dense floating-point CPU tensor."""
     guard.tensor("softmax", "att", att, dtype=None)
+    if causal and att.dim() >= 2 and att.shape[-1] == att.shape[-2]:
+        above = torch.ones(att.shape[-2:], dtype=torch.bool).triu(1)
+        if not torch.isneginf(att.detach()[..., above]).all():
+            raise ValueError("softmax: with causal=True every entry of att above the diagonal of "
+                             "its last two dimensions must be -inf (the mask of "
+                             "matmul.scores(q, k, causal=True)), and some is not: mask it, or "
+                             "pass causal=False")
     return _softmax(att, causal)
 
 

@@ -12,6 +12,7 @@ tests/test_vendor.py compares this machine's with all of them.
 
     python -m tinyagent.harness.probe > tests/data/arith/NAME.json     # record this machine's
 """
+import argparse
 import hashlib
 import json
 import os
@@ -158,6 +159,8 @@ def differences(mine, theirs):
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(prog="python -m tinyagent.harness.probe",      # no options: refuses any
+                            description=__doc__.splitlines()[0]).parse_args()
     start()
     with torch_threads(1), torch.enable_grad():
         json.dump({"meta": machine(), "ops": probe()}, sys.stdout, indent=1)

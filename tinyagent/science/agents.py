@@ -6,7 +6,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from ..engine.arithmetic import pinned_environment
-from ..files import write_atomically
+from ..files import read_json, write_atomically
 from ..harness.fingerprint import check_arithmetic
 from ..harness.rebuild import held_out_behaviour
 from ..harness.runs import PACKAGE, SHIPPED_AGENT, load_agent
@@ -14,16 +14,21 @@ from ..checkpoint import RL_BASE_CHECKPOINT, load_policy, save_policy
 from ..pretrain import DemoConfig, SFTConfig, build_rl_base
 
 PLAN = PACKAGE / "data" / "study_plan.json"      # the declared design and rule of the fresh draw
+# The digest of that plan as the fresh draw was drawn under it (its manifest was written before
+# manifests carried the plan's digest): every reader of the plan compares it.
+PLAN_SHA256 = "50c62275b1d198fa9b46de64e6e845a00f519d5d5e920640750f363293f0da32"
+RESTORE_PLAN = "git checkout of the committed plan"
 AGENT_RECORDS = PACKAGE / "data" / "study_agents.json"     # each built agent's regime check
 FIRST_NEW_SEED = 3          # agent_k: demonstrations and SFT at seed k; 1 and 2 were the pilot's
 # Declared in the plan before the agents were built (its regime_bands_why says why these bands).
 REGIME = {m: tuple(band) for m, band in
-          json.loads(PLAN.read_text())["design"]["regime_bands"].items()}
+          read_json(PLAN, RESTORE_PLAN, sha256=PLAN_SHA256)["design"]["regime_bands"].items()}
 
 
 def draw_agents():
     """The fresh draw's base agents, as `make agents` built and checked them (empty before)."""
-    return tuple(json.loads(AGENT_RECORDS.read_text())["agents"]) if AGENT_RECORDS.exists() else ()
+    return tuple(read_json(AGENT_RECORDS, "`make agents`, or git checkout of the committed "
+                           "file")["agents"]) if AGENT_RECORDS.exists() else ()
 
 
 AGENTS = draw_agents()
@@ -55,7 +60,8 @@ def build_agents(count=None, workers=1):
     until `count` (the plan's six) lie inside every regime band. An agent outside a band is
     recorded as rejected and the next seed is built instead, as the plan declares. Resumable:
     a valid checkpoint is checked, not rebuilt. Writes AGENT_RECORDS and returns it."""
-    count = len(json.loads(PLAN.read_text())["design"]["agents"]) if count is None else count
+    count = len(read_json(PLAN, RESTORE_PLAN, sha256=PLAN_SHA256)["design"]["agents"]) \
+        if count is None else count
     checks = {SHIPPED_AGENT: check_agent(SHIPPED_AGENT)}
     used = [SHIPPED_AGENT] if all(v["inside"] for v in checks[SHIPPED_AGENT].values()) else []
     seed = FIRST_NEW_SEED

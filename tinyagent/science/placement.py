@@ -2,6 +2,7 @@
 among the study's runs of that setting and whether it lies inside their central share, overall and
 within each base agent. A placement, not a verdict (plan.py decides the claims)."""
 import math
+import numbers
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,9 @@ def book_in_distribution(book, ours_by_agent, columns, central=0.90):
         raise ValueError(f"central must be a share strictly between 0 and 1, got {central!r}")
     if isinstance(columns, str) or not columns:
         raise ValueError(f"columns must be a non-empty list of column names, got {columns!r}")
+    if not isinstance(book, dict) or not all(isinstance(p, dict) for p in book.values()):
+        raise TypeError(f"book must map each setting to {{column: number}}, got "
+                        f"{str(book)[:100]}")
     lo_q, hi_q = (1 - central) / 2, (1 + central) / 2
     rows = []
     for setting, printed in book.items():
@@ -23,9 +27,11 @@ def book_in_distribution(book, ours_by_agent, columns, central=0.90):
             if printed.get(column) is None:             # not printed by the book
                 continue
             value = printed[column]
-            if not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not math.isfinite(value):
                 raise ValueError(f"the book's {setting!r} {column!r} is {value!r}; a printed number "
-                                 f"must be finite (leave it out, or None, when the book prints none)")
+                                 f"must be finite, a real number (leave it out, or None, when the "
+                                 f"book prints none)")
             per_agent = {a: _runs(a, s, setting, column) for a, s in ours_by_agent.items()}
             if not per_agent:
                 raise ValueError("ours_by_agent holds no agent: nothing to place the book among")

@@ -16,18 +16,17 @@ scores, from the plan's number of resamples, computed under ten generator seeds:
 verdict differs among them is unresolved (and said to be unstable). Nothing that trains or
 evaluates imports this module.
 """
-import json
 
 import numpy as np
 import pandas as pd
 
-from ..harness.cache import PACKAGE
 from ..checks import instance, int_in, nonempty_list, positive_int, real_number, seed_int
 from .claims import beta_size_claims, comparison_claims, entropy_fall_claims, figure_claims
 from . import study
 from .plan_parts import Part, ScoredClaim, improvement_part, share_part, signed_parts  # noqa: F401
 
-PLAN = json.loads((PACKAGE / "data" / "study_plan.json").read_text())
+PLAN = study.read_json(study.FRESH.plan, "git checkout of the committed plan",
+                       sha256=study.FRESH.plan_sha256)
 RESAMPLES = PLAN["rule"]["resamples"]
 BOOTSTRAP_SEEDS = tuple(range(10))
 ALPHA = 0.05

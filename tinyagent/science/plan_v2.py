@@ -24,7 +24,6 @@ verdict differs among them is unresolved. Each agent's own column uses exact tes
 tail for shares, Student's t for means) at the same Holm level: one agent has no agents to
 resample, and a bootstrap of 20 seeds is liberal. Nothing that trains or evaluates imports this.
 """
-import json
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -39,21 +38,17 @@ from .claims import beta_size_claims, comparison_claims, entropy_fall_claims, fi
 from .plan_parts import ScoredClaim, improvement_part, share_part, signed_parts
 
 PLAN_V2_FILE = PACKAGE / "data" / "study_plan_v2.json"
+# Its digest as declared before the third draw, which its records' manifests carry too: an edited
+# rule would judge the records (and re-analyse the fresh draw) under another plan than declared.
+PLAN_V2_SHA256 = "67e7a40f333f6c552148ec62558005d13a412ee7f27d10482020ce4cb823e1bc"
 
 
 class StalePlan(RuntimeError):
     """The plan file cannot be read, or is not the plan its records were judged under."""
 
 
-def _read_plan(path=PLAN_V2_FILE):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise StalePlan(f"the study's plan {path} cannot be read ({err}); restore it from git "
-                        f"(git checkout of the committed file)") from None
-
-
-PLAN = _read_plan()
+PLAN = study.read_json(PLAN_V2_FILE, "git checkout of the committed file", StalePlan,
+                       PLAN_V2_SHA256)
 RULE = PLAN["rule"]
 ALPHA = RULE["alpha"]
 RESAMPLES = RULE["resamples"]

@@ -3,6 +3,8 @@ compared claim by claim by Cohen's kappa over the four verdicts, the contradicti
 resolved; the goal, which no degenerate rule meets (`DEGENERATE`); and the size of a new draw
 that meets it, predicted by simulation (`predicted_replication`, `power_analysis`; the plan's
 numbers: python -m tinyagent.science.replication_v2)."""
+import argparse
+
 import numpy as np
 import pandas as pd
 
@@ -176,6 +178,8 @@ def power_analysis(sizes=POWER_SIZES, draws=POWER_DRAWS, seed=0):
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(prog="python -m tinyagent.science.replication_v2",   # no options
+                            description=__doc__.splitlines()[0]).parse_args()
     with pd.option_context("display.width", 200, "display.max_rows", 100):
         print(variance_components(plan_v2.scored_claims(), pilot_population()).round(3))
         print(power_analysis().round(3))

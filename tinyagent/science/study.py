@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +33,13 @@ from pathlib import Path
 from ..harness.cluster import dask_executor
 from .diagnostics import run_summary
 from .experiments import COMPARISON, STEPS, seeded
-from ..checks import nonempty_list, seed_int
+from ..checks import instance, nonempty_list, seed_int
+from .. import files
 from ..files import write_atomically
 from ..harness.fingerprint import EXPECTED
 from ..harness.runs import (CODE_VERSION, PACKAGE, params_sha256, regularized_runs,
                             worker_fingerprint)
-from .agents import AGENT_RECORDS, AGENTS, build_agents
+from .agents import AGENT_RECORDS, AGENTS, PLAN, PLAN_SHA256, build_agents
 from ..vocab import VOCAB_SIZE
 
 PILOT_AGENTS = ("rl_base", "agent_1", "agent_2")    # the pilot's agents, under its arithmetic
@@ -70,8 +72,7 @@ class Draw:
 
 # The fresh draw, judged by rule v1 (study_plan.json); its manifest was written before manifests
 # carried the plan's digest, so the digest of the plan it was drawn under is committed here.
-FRESH = Draw("fresh draw", RECORDS, AGENT_RECORDS, PACKAGE / "data" / "study_plan.json",
-             plan_sha256="50c62275b1d198fa9b46de64e6e845a00f519d5d5e920640750f363293f0da32")
+FRESH = Draw("fresh draw", RECORDS, AGENT_RECORDS, PLAN, plan_sha256=PLAN_SHA256)
 # The third draw, declared by rule v2 (study_plan_v2.json) before any of its agents or records.
 # One record file per agent, so that a block of records committed is a file that never changes
 # again, not a new copy of one growing file.
@@ -95,13 +96,10 @@ def file_sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def read_json(path, restore, error=None):
-    """A JSON file the science layer reads, or a StaleStudy naming the file and how to restore it
-    (`restore`, e.g. "make agents" or "git checkout of the committed file")."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise (error or StaleStudy)(f"{path} cannot be read ({err}); restore it: {restore}") from None
+def read_json(path, restore, error=None, sha256=None):
+    """A JSON file the science layer reads (`files.read_json`), refused with a StaleStudy (or
+    `error`) naming the file and how to restore it."""
+    return files.read_json(path, restore, error or StaleStudy, sha256)
 
 
 def draw_agents(draw):
@@ -230,10 +228,13 @@ def _unshaped(r, cell, stamped=False):
 
 def _malformed(r, cell, stamped=False):
     """What is wrong with a well-shaped record's numbers whatever its manifest says, or None."""
-    numbers = [r["eval"].get(k) for k in ("pass@1", "pass@8", "reads", "malformed")]
-    numbers += [log.get(k) for log in r["history"] for k in ("entropy", "reward", "kl")]
-    if not all(_is_number(x) for x in numbers):
-        return f"{cell}: a number is missing, not a number, or not finite"
+    numbers = [(f"eval {k}", r["eval"].get(k)) for k in ("pass@1", "pass@8", "reads", "malformed")]
+    numbers += [(f"step {i} {k}", log.get(k)) for i, log in enumerate(r["history"])
+                for k in ("entropy", "reward", "kl")]
+    bad = [f"{name} {x!r:.40}" for name, x in numbers if not _is_number(x)]
+    if bad:
+        return (f"{cell}: a number is missing, not a number, or not finite: {', '.join(bad[:3])} "
+                f"(each must be a finite int or float)")
     for key in ("sha256",) + (("start_sha256",) if stamped else ()):
         if not (isinstance(r[key], str) and len(r[key]) == 64
                 and all(c in "0123456789abcdef" for c in r[key])):
@@ -309,7 +310,7 @@ def load_records(path=None, complete=True, draw=None):
     `complete`) any design cell or planned agent absent. A draw with one file per agent reads
     every accepted agent's file (one agent's: `load_agent_records`). The code hash each record
     carries is provenance: `make test` recomputes a sample bit for bit."""
-    draw = FRESH if draw is None else draw
+    draw = FRESH if draw is None else instance("draw", draw, Draw)
     if path is not None and draw.per_agent:
         raise ValueError(f"the {draw.name} keeps one record file per agent: read one agent's with "
                          f"load_agent_records(draw, agent), or all with load_records(draw=draw)")
@@ -333,13 +334,24 @@ def load_records(path=None, complete=True, draw=None):
     return records
 
 
+def _manifest(path, manifest):
+    """`manifest` if it has the shape `_write` gives it: a mapping with the design (a mapping)
+    and the records (a mapping of cell to SHA-256); otherwise a StaleStudy naming `path`."""
+    if not (isinstance(manifest, dict) and isinstance(manifest.get("design"), dict)
+            and isinstance(manifest.get("records"), dict)):
+        raise StaleStudy(f"{path}: its manifest must be a mapping with a design (a mapping) and "
+                         f"records (a mapping of cell to SHA-256), as `make study` writes it; "
+                         f"got {str(manifest)[:120]}: restore the file from git")
+    return manifest
+
+
 def _load_file(path, complete, draw, agents=None):
     """One record file of `draw` (see `load_records`); `agents`: the agents it must hold
     (default: the draw's accepted agents)."""
     lines = _read_lines(path)
     if not lines or not isinstance(lines[0], dict) or "manifest" not in lines[0]:
         raise StaleStudy(f"{path} has no manifest line; only `make study` writes it")
-    manifest, records = lines[0]["manifest"], lines[1:]
+    manifest, records = _manifest(path, lines[0]["manifest"]), lines[1:]
     want = manifest["design"]
     seen, problems = _manifest_problems(records, manifest["records"], draw.stamps_start)
     problems = _plan_problems(manifest, draw) + problems
@@ -399,7 +411,7 @@ def load_pilot(path=PILOT, manifest=PILOT_MANIFEST):
     record is refused, as is a number out of its range or a record that does not say which
     code and arithmetic made it."""
     records = _read_lines(path, "restore it from git: the pilot is data, never recomputed")
-    listed = read_json(manifest, "git checkout of the committed file", StaleStudy)
+    listed = _manifest(manifest, read_json(manifest, "git checkout of the committed file"))
     seen, problems = _manifest_problems(records, listed["records"])
     problems += [bad for cell, r in seen.items() if listed["records"].get(cell) == record_digest(r)
                  and not _unshaped(r, cell) and (bad := _malformed(r, cell)) is not None]
@@ -447,6 +459,9 @@ def by_agent(records, settings=SETTINGS):
                          f"{[settings] if isinstance(settings, str) else unknown}")
     table = {}
     for r in records:
+        if not isinstance(r, dict) or not {"agent", "seed", "setting"} <= r.keys():
+            raise ValueError(f"records must be the study's records (load_records), each a mapping "
+                             f"with agent, seed and setting; got {str(r)[:100]}")
         table.setdefault(r["agent"], {}).setdefault(r["seed"], {})[r["setting"]] = r
     grouped = {agent: [seeds[s] for s in sorted(seeds) if set(seeds[s]) >= set(settings)]
                for agent, seeds in table.items()}
@@ -525,6 +540,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers must be a positive number of processes, got {args.workers}")
+    if args.cluster is not None and not re.fullmatch(r"(\w+://)?[^\s/]+:\d+", args.cluster):
+        parser.error(f"--cluster must be a Dask scheduler's address, tcp://host:port, got "
+                     f"{args.cluster!r}")
     if args.agents:
         out = build_agents(workers=args.workers or 1)
         print(f"agents: {', '.join(out['agents'])}; rejected: {', '.join(out['rejected']) or 'none'}")
