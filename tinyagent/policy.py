@@ -1,7 +1,8 @@
 """The TinyAgent policy: a ~155k-parameter decoder-only transformer in float32, in plain PyTorch.
 
 Read top-down: config, attention, MLP, block, cache, model; the checks of their inputs close
-the file. The model never imports the gym: it maps token ids to next-token logits, nothing more. Saving and loading live in checkpoint.py.
+the file. The model never imports the gym: it maps token ids to next-token logits, nothing more.
+Saving and loading live in checkpoint.py.
 
 This file is the model's definition. The trainers reach it through `tinyagent.engine`, which by
 default computes this same function from these same parameters with its own kernels (the same
