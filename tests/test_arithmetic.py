@@ -122,8 +122,8 @@ def test_run_workers_start_pinned_whatever_the_parent_set(monkeypatch):
 # The entry points that compute in their own process, as `make` and a notebook call them: each checks
 # the arithmetic before any work (the book's code does not import the harness, so it does not).
 ENTRY_POINTS = {
-    "make pretrain": "from tinyagent.harness import rebuild\n"
-                     "rebuild.main(['--out', '/nonexistent/rl_base.pt'])",
+    "make pretrain": "import os, tempfile\nfrom tinyagent.harness import rebuild\n"
+                     "rebuild.main(['--out', os.path.join(tempfile.mkdtemp(), 'rl_base.pt')])",
     "make agents": "from tinyagent.science import agents\nagents.build_agent('agent_999')",
     "a notebook's setup cell": "from tinyagent.harness.fingerprint import check_arithmetic\n"
                                "check_arithmetic()",
