@@ -99,18 +99,13 @@ def regularized_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen)
                      loss_fn=regularized_loss)
 
 
-def _check_adaptive(beta, target, horizon, kl=0.0):
-    """Refuse what `adaptive_kl_coef` cannot step with."""
-    if not (beta > 0 and target > 0 and horizon > 0) or kl != kl:
-        raise ValueError(f"need beta > 0, target > 0, horizon > 0 and a measured kl, got "
-                         f"beta={beta}, target={target}, horizon={horizon}, kl={kl}")
-
-
 def adaptive_kl_coef(beta, kl, target, horizon=10):
     """One step of verl's AdaptiveKLController: beta * (1 + clip(kl / target - 1, ±0.2) / horizon).
     Beta grows while the measured KL is above the target and shrinks while it is below.
     Defined in Exercise 5."""
-    _check_adaptive(beta, target, horizon, kl)
+    if not (beta > 0 and target > 0 and horizon > 0) or kl != kl:
+        raise ValueError(f"need beta > 0, target > 0, horizon > 0 and a measured kl, got "
+                         f"beta={beta}, target={target}, horizon={horizon}, kl={kl}")
     error = min(max(kl / target - 1, -0.2), 0.2)
     return beta * (1 + error / horizon)
 
@@ -128,7 +123,7 @@ class AdaptiveKLController:
     `update(kl)` moves it by `adaptive_kl_coef` toward `target`. Defined in Exercise 5."""
 
     def __init__(self, init, target, horizon=10):
-        _check_adaptive(init, target, horizon)
+        adaptive_kl_coef(init, target, target, horizon)     # refuses what update could not step
         self.value, self.target, self.horizon = init, target, horizon
 
     def update(self, kl):
