@@ -197,9 +197,15 @@ def test_a_run_continued_from_its_state_gives_the_bits_of_one_run():
     (dict(policy=None), TypeError, "policy must be a Policy, got NoneType"),
     (dict(reference="ref"), TypeError, "reference must be a Policy, got str"),
     (dict(progress="yes"), TypeError, "progress must be True .* False .* or a function")])
-def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message):
+def test_train_rl_refuses_a_run_it_cannot_start_before_any_step(kwargs, error, message,
+                                                                monkeypatch):
+    from tinyagent import grpo
+    work = []                          # the reference's copy, Adam's moments: after the checks
+    monkeypatch.setattr(grpo, "frozen_copy", lambda policy: work.append("copy"))
+    monkeypatch.setattr(grpo.TrainingState, "start", lambda policy, cfg: work.append("state"))
     with pytest.raises(error, match=message):
         train_rl(**{"policy": Policy(seed=0), "cfg": RLConfig(), "steps": 1, **kwargs})
+    assert not work, f"{work} made before {message!r} was refused"
 
 
 def test_integer_rewards_are_rewards():

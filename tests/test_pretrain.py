@@ -14,7 +14,8 @@ from tinyagent.harness.rebuild import CHECKPOINT, compare, held_out_behaviour, m
 from tinyagent.policy import Policy
 from tinyagent.checkpoint import load_rl_base
 from tinyagent.engine import torch_threads
-from tinyagent.pretrain import DemoConfig, SFTConfig, demonstrate, make_demonstrations, sft
+from tinyagent.pretrain import (DemoConfig, SFTConfig, build_rl_base, demonstrate,
+                                make_demonstrations, sft)
 from tinyagent.sampler import token_logprobs
 from tinyagent.vocab import ID
 
@@ -98,6 +99,60 @@ def test_twenty_sft_steps_give_the_recorded_parameters():
     sft(policy, tokens, mask, SFTConfig(steps=20))
     digest = hashlib.sha256(b"".join(t.numpy().tobytes() for t in policy.state_dict().values()))
     assert digest.hexdigest() == SFT_20_STEPS_SHA256
+
+
+def test_sft_stops_at_the_first_non_finite_loss_naming_the_step():
+    from tinyagent.checks import NonFiniteError
+    tokens, mask = make_demonstrations(DemoConfig(n_demos=16))
+    policy = Policy(seed=0)
+    with pytest.raises(NonFiniteError, match=r"SFT step \d+ \(lr 1e\+30\): the loss became"):
+        sft(policy, tokens, mask, SFTConfig(steps=5, batch_size=4, lr=1e30, threads=1))
+
+
+# (the call, the error's type, its key words): each refused before a demonstration or a step
+BAD_SFT = {
+    "a probability above 1": (lambda: DemoConfig(p_read=1.5), ValueError, ["p_read", "[0, 1]"]),
+    "no demonstrations": (lambda: DemoConfig(n_demos=0), ValueError, ["n_demos", "positive"]),
+    "a negative seed": (lambda: SFTConfig(seed=-1), ValueError, ["seed", "2**64"]),
+    "a NaN learning rate": (lambda: SFTConfig(lr=float("nan")), ValueError, ["lr", "finite"]),
+    "no steps": (lambda: SFTConfig(steps=0), ValueError, ["steps", "positive integer"]),
+    "a batch of none": (lambda: SFTConfig(batch_size=0), ValueError, ["batch_size", "positive"]),
+    "a dict for a config": (lambda: make_demonstrations({"n_demos": 4}), TypeError,
+                            ["cfg", "DemoConfig", "dict"]),
+    "a string for a policy": (lambda: sft("policy", *_demos()), TypeError, ["policy", "Policy"]),
+    "tokens as a list": (lambda: sft(Policy(), _demos()[0].tolist(), _demos()[1]), TypeError,
+                         ["tokens", "integer tensor"]),
+    "a mask with nothing to learn": (lambda: sft(Policy(), _demos()[0],
+                                                 torch.zeros_like(_demos()[1])),
+                                     ValueError, ["mask", "True somewhere"]),
+    "a mask at position 0": (lambda: sft(Policy(), _demos()[0],
+                                         _demos()[1].index_fill(1, torch.tensor([0]), True)),
+                             ValueError, ["mask", "position 0"]),
+    "a float mask": (lambda: sft(Policy(), _demos()[0], _demos()[1].float()), TypeError,
+                     ["mask", "bool", "float32"]),
+    "tokens longer than the block": (lambda: sft(Policy(), torch.zeros(2, 300, dtype=torch.long),
+                                                 torch.ones(2, 300, dtype=torch.bool)),
+                                     ValueError, ["300 positions", "block_size"]),
+    "an SFT config of a dict": (lambda: build_rl_base(sft_cfg={"steps": 1}), TypeError,
+                                ["sft_cfg", "SFTConfig", "dict"]),
+}
+
+
+def _demos():
+    return make_demonstrations(DemoConfig(n_demos=8))
+
+
+@pytest.mark.parametrize("name", list(BAD_SFT))
+def test_sft_refuses_what_it_cannot_learn_from_before_any_step(name, monkeypatch):
+    import tinyagent.pretrain as pretrain
+    steps = []
+    monkeypatch.setattr(pretrain, "sft_loss", lambda *a: steps.append(1))
+    call, kind, words = BAD_SFT[name]
+    with pytest.raises(kind) as refused:
+        call()
+    missing = [w for w in words if w not in str(refused.value)]
+    assert not missing, f"{name}: the error lacks {missing}: {refused.value}"
+    assert not steps, f"{name}: refused only after a step"
 
 
 def test_sft_gives_the_caller_back_its_thread_count():

@@ -2,6 +2,8 @@
 committed study holds every run it promises."""
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -398,6 +400,44 @@ COMMITTED_PLANS = {
         ("tinyagent.science.agents", "PLAN", "PLAN_SHA256"),
     "rule v2 (plan_v2)": ("tinyagent.science.plan_v2", "PLAN_V2_FILE", "PLAN_V2_SHA256"),
 }
+
+
+# Run in a fresh interpreter: the plan's bytes gain a newline (still the same JSON) only where the
+# module named reads them while it is imported, so a reader that stops passing its digest is found
+# even where another module's reader would refuse the same file first.
+EDITED_PLAN_AT_IMPORT = """
+import importlib, importlib.util, pathlib, sys
+module = sys.argv[1]
+target = importlib.util.find_spec(module).origin
+real = pathlib.Path.read_bytes
+
+
+def read_bytes(self):
+    data = real(self)
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    edited = self.name.startswith("study_plan") and frame is not None \\
+        and frame.f_code.co_filename == target
+    return data + b"\\n" if edited else data
+
+
+pathlib.Path.read_bytes = read_bytes
+try:
+    importlib.import_module(module)
+except Exception as err:
+    print(f"refused: {err}")
+"""
+
+
+@pytest.mark.parametrize("module", ["tinyagent.science.agents", "tinyagent.science.plan",
+                                    "tinyagent.science.plan_v2"])
+def test_every_reader_of_a_plan_at_import_compares_its_digest(module):
+    done = subprocess.run([sys.executable, "-c", EDITED_PLAN_AT_IMPORT, module],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "is not the committed file" in done.stdout, (
+        f"{module} imported an edited plan without a word: {done.stdout[-500:]}")
 
 
 @pytest.mark.parametrize("name", list(COMMITTED_PLANS))

@@ -1,5 +1,6 @@
 """Argument checks shared by the configurations and entry points, so that every bad count is
-refused with the same message naming what is allowed."""
+refused with the same message naming what is allowed, and the stop that both training loops (SFT
+and GRPO) make before a non-finite number trains on."""
 import math
 import numbers
 
@@ -117,6 +118,17 @@ def all_finite(*tensors):
         if not finite:
             return False
     return True
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a non-finite number; the loop that raises it names the step."""
+
+
+def require_finite(what, *tensors):
+    """Stop before a non-finite number trains on: a NonFiniteError saying that `what` became
+    non-finite."""
+    if not all_finite(*tensors):
+        raise NonFiniteError(f"{what} became non-finite (inf or NaN)")
 
 
 # ------------------------------------------------------------------ environment variables

@@ -13,8 +13,8 @@ from tqdm.auto import trange
 
 from . import engine
 from .engine import Adam
-from .checks import (all_finite, finite_nonempty, instance, nonempty_list, positive_int,
-                     real_number, seed_int, temperature)
+from .checks import (NonFiniteError, finite_nonempty, instance, nonempty_list, positive_int,
+                     real_number, require_finite, seed_int, temperature)
 from .gym import TRAIN_TASKS
 from .kl import KL_KINDS, kl_penalty, masked_mean, mismatch_kl, policy_entropy
 from .policy import Policy
@@ -206,16 +206,6 @@ def rl_update(policy, optimizer, batch, advantages, ref_logp, cfg, gen, loss_fn=
     return out
 
 
-class NonFiniteError(FloatingPointError):
-    """Training produced a non-finite number; `train_rl` names the step."""
-
-
-def require_finite(what, *tensors):
-    """Stop before a non-finite number trains on."""
-    if not all_finite(*tensors):
-        raise NonFiniteError(f"{what} became non-finite (inf or NaN)")
-
-
 def frozen_copy(policy):
     """The reference policy: a copy of `policy` that no optimizer touches."""
     reference = copy.deepcopy(policy)
@@ -278,10 +268,13 @@ def train_rl(policy, cfg=RLConfig(), steps=80, tasks=None, reference=None, hooks
     instance("policy", policy, Policy)
     cfg, tasks = instance("cfg", cfg, RLConfig), nonempty_list("tasks", tasks)
     hooks = instance("hooks", hooks, LoopHooks)
-    reference = frozen_copy(policy) if reference is None else instance("reference", reference,
-                                                                       Policy)
-    state = TrainingState.start(policy, cfg) if state is None else instance(
-        "state", state, TrainingState)
+    if reference is not None:
+        instance("reference", reference, Policy)
+    if state is not None:
+        instance("state", state, TrainingState)
+    # Every argument is checked before the first work: a copy of the policy, Adam's moments.
+    reference = frozen_copy(policy) if reference is None else reference
+    state = TrainingState.start(policy, cfg) if state is None else state
     history = []
     # One torch thread: a run's passes are too small to share between threads (on a busy
     # machine two are many times slower), and the stored runs were computed on one.

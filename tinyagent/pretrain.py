@@ -15,16 +15,22 @@ sometimes edits a second function for good measure. These choices carry most of 
 agent's entropy, and RL collapses them. A little of it is in choices that do not matter (an
 optional `ls`, a rarer synonym for each verb), which RL barely touches in 40 steps.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
 from . import engine
+from .checks import (finite_positive, instance, positive_int, real_number, require_finite,
+                     seed_int, token_ids)
 from .gym import N_FUNCTIONS, SPELLINGS, TRAIN_TASKS, Episode
 from .policy import Policy
 from .vocab import ID, PAD, WORDS, encode
 
+
+def probability(name, value):
+    """`value` as a float if it is a real number in [0, 1]."""
+    return real_number(name, value, lambda v: 0 <= v <= 1, "a probability, in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,14 @@ class DemoConfig:
     p_usual_verb: float = 0.9    # read/edit/submit; the rest cat/patch/done: same effect
     seed: int = 0
 
+    def __post_init__(self):
+        set_field = object.__setattr__.__get__(self)
+        set_field("n_demos", positive_int("n_demos", self.n_demos))
+        for field in fields(self):
+            if field.name.startswith("p_"):
+                set_field(field.name, probability(field.name, getattr(self, field.name)))
+        set_field("seed", seed_int("seed", self.seed))
+
 
 @dataclass(frozen=True)
 class SFTConfig:
@@ -47,6 +61,13 @@ class SFTConfig:
     lr: float = 3e-3
     seed: int = 0
     threads: int = 2          # torch's own sums split by thread: the shipped agent was built with 2
+
+    def __post_init__(self):
+        set_field = object.__setattr__.__get__(self)
+        for name in ("steps", "batch_size", "threads"):
+            set_field(name, positive_int(name, getattr(self, name)))
+        set_field("lr", finite_positive("lr", self.lr))
+        set_field("seed", seed_int("seed", self.seed))
 
 
 READ, EDIT, SUBMIT = (SPELLINGS[action] for action in ("read", "edit", "submit"))   # (usual, other)
@@ -102,6 +123,7 @@ def demonstrate(task, cfg, gen):
 
 def make_demonstrations(cfg=DemoConfig()):
     """`cfg.n_demos` episodes on the training split, padded into (N, T) tokens and mask."""
+    cfg = instance("cfg", cfg, DemoConfig)
     gen = torch.Generator().manual_seed(cfg.seed)
     demos = [demonstrate(TRAIN_TASKS[i % len(TRAIN_TASKS)], cfg, gen) for i in range(cfg.n_demos)]
     T = max(len(t) for t, _ in demos)
@@ -127,9 +149,31 @@ def cosine_factor(step, steps):
     return 0.5 * (1 + torch.cos(torch.tensor(torch.pi * step / steps)).item())
 
 
+def check_demonstrations(policy, tokens, mask):
+    """Refuse demonstrations SFT cannot learn from as given: `tokens` (N, T) must be the policy's
+    ids and fit its block, `mask` (N, T) a bool tensor marking in every row at least one token
+    after position 0 (the first token is predicted by nothing, so a mark there would be dropped
+    without a word, and a row without a mark teaches nothing)."""
+    token_ids("tokens", tokens, policy.cfg.vocab_size)
+    if tokens.shape[1] - 1 > policy.cfg.block_size:
+        raise ValueError(f"tokens of {tokens.shape[1]} positions do not fit the policy's "
+                         f"block_size {policy.cfg.block_size} (+1, the last token is only a target)")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True at the tokens to learn), got "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)}")
+    if mask.shape != tokens.shape or mask[:, 0].any() or not mask[:, 1:].any(1).all():
+        raise ValueError(f"mask must be (N, T) like tokens {tuple(tokens.shape)}, False at "
+                         f"position 0 and True somewhere after it in every row, got shape "
+                         f"{tuple(mask.shape)}")
+
+
 def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
     """Adam with a cosine learning rate on random minibatches of demonstrations, on `cfg.threads`
-    threads (so the bytes do not depend on OMP_NUM_THREADS)."""
+    threads (so the bytes do not depend on OMP_NUM_THREADS). Stops with a NonFiniteError at the
+    first step whose loss is not finite, rather than train on it."""
+    instance("policy", policy, Policy)
+    cfg = instance("cfg", cfg, SFTConfig)
+    check_demonstrations(policy, tokens, mask)
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = engine.Adam(policy.parameters(), lr=cfg.lr)
     losses = []
@@ -140,17 +184,21 @@ def sft(policy, tokens, mask, cfg=SFTConfig(), progress=False):
             batch_tokens, batch_mask = tokens[idx], mask[idx]
             T = int(batch_mask.any(0).nonzero().max()) + 1               # trim trailing padding
             loss = sft_loss(policy, batch_tokens[:, :T], batch_mask[:, :T])
+            require_finite(f"SFT step {step} (lr {cfg.lr:g}): the loss", loss)
             opt.zero_grad()
             loss.backward()
             opt.step()
             losses.append(loss.item())
             if progress and step % 100 == 0:
                 print(f"sft step {step:5d}  loss {loss.item():.4f}", flush=True)
+    require_finite("after SFT, the parameters", *policy.parameters())
     return losses
 
 
 def build_rl_base(demo_cfg=DemoConfig(), sft_cfg=SFTConfig(), progress=False):
     """The RL base agent from nothing: a fresh policy trained on fresh demonstrations."""
+    instance("demo_cfg", demo_cfg, DemoConfig)
+    instance("sft_cfg", sft_cfg, SFTConfig)
     engine.start()                    # the pinned arithmetic, before torch computes anything
     tokens, mask = make_demonstrations(demo_cfg)
     policy = Policy(seed=sft_cfg.seed)
