@@ -192,6 +192,14 @@ def test_main_writes_beside_the_shipped_checkpoint_and_compares(tmp_path, monkey
     assert CHECKPOINT.read_bytes() == shipped and (tmp_path / "rl_base.sha256").exists()
 
 
+def test_main_without_out_writes_into_its_own_folder_on_a_fresh_checkout(tmp_path, monkeypatch,
+                                                                         capsys):
+    monkeypatch.setattr(rebuild, "build_rl_base", lambda progress: load_rl_base())   # no SFT
+    monkeypatch.setattr(rebuild, "SCRATCH", tmp_path / ".cache" / "pretrain" / "rl_base.pt")
+    main(["--attempts", "2"])
+    assert "bytes: equal" in capsys.readouterr().out and rebuild.SCRATCH.exists()
+
+
 def test_main_says_when_a_rebuild_differs_and_refuses_an_agent_that_behaves_otherwise(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(rebuild, "build_rl_base", lambda progress: Policy(seed=0))   # untrained

@@ -98,6 +98,8 @@ def main(argv=None):
         parser.error(f"--out must end in .pt (its checksum goes beside it), got {args.out}")
     if args.attempts < 2:
         parser.error(f"--attempts must be at least 2 (for a standard error), got {args.attempts}")
+    if args.out is None and not args.replace:
+        SCRATCH.parent.mkdir(parents=True, exist_ok=True)      # the rebuild's own folder
     try:                             # refused now, not by save_policy after the SFT's minutes
         check_writable(out, replace_shipped=is_shipped)
     except ValueError as err:
@@ -113,7 +115,6 @@ def main(argv=None):
 
     start = time.perf_counter()
     policy = build_rl_base(progress=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
     digest = save_policy(policy, out, replace_shipped=is_shipped)
     print(f"wrote {out} sha256 {digest} in {(time.perf_counter() - start) / 60:.1f} min")
     if shipped is None:
