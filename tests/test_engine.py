@@ -12,6 +12,7 @@ engine that computes it by default (tinyagent/engine/):
 Engine = engine (the passes against the kernels called one by one, bit for bit) is in
 test_sequence_pass.py and test_token_pass.py; the kernels against other CPUs in test_vendor.py.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -231,6 +232,53 @@ def test_a_policy_a_reader_changed_is_computed_by_its_modules_said_once(change, 
     assert called                                       # the reader's code ran
     notices = [line for line in capsys.readouterr().err.splitlines() if "plain modules" in line]
     assert len(notices) <= 1
+
+
+def _step_in_place(policy):
+    adam = engine.Adam(policy.parameters(), lr=1e-2)
+    engine.logits(policy, _idx()).square().mean().backward()
+    adam.step()
+
+
+def _edit_under_no_grad(policy):
+    with torch.no_grad():
+        policy.head.weight.mul_(1.5)
+
+
+def _new_tensor_in_data(policy):
+    policy.blocks[0].attn.qkv.weight.data = policy.blocks[0].attn.qkv.weight.data * 0.5
+
+
+# Each way a policy's weights change after the kernels computed it once (the seam keeps its form
+# and copies the weights' rows again where only their values changed in place)
+CHANGES = {"an optimizer's step": _step_in_place, "an edit under no_grad": _edit_under_no_grad,
+           "a new tensor in .data": _new_tensor_in_data}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_after_the_weights_change_decoding_reads_the_new_weights(change):
+    """A rollout's prefill and one-token step after the change give, bit for bit, what they give
+    for a copy of the changed policy that the kernels meet for the first time, and not what they
+    gave before (tests/test_policy.py follows the whole-sequence pass through the same changes)."""
+    policy, token = Policy(seed=4), torch.tensor([1, 2, 3, 4])
+
+    def decode(policy):
+        decoder, cache = engine.Decoder(policy), policy.new_cache(4)
+        return decoder.prefill(_idx(T=13), cache), decoder.step(token, 13, cache)
+    with torch.no_grad():
+        before = decode(policy)                           # its one-token pass built
+    CHANGES[change](policy)
+    with torch.no_grad():
+        after, fresh = decode(policy), decode(copy.deepcopy(policy))
+    assert all(map(torch.equal, after, fresh)) and not torch.equal(after[1], before[1])
+
+
+def test_a_policy_turned_to_float64_after_a_pass_is_computed_by_its_modules():
+    policy = Policy(seed=4)
+    with torch.no_grad():
+        engine.logits(policy, _idx())
+        policy.double()
+        assert torch.equal(engine.logits(policy, _idx()), policy(_idx()))
 
 
 def _python(code, **env):

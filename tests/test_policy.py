@@ -60,7 +60,6 @@ def test_the_engines_weights_are_the_transposed_weights_and_follow_every_change(
         with torch.no_grad():
             expected = engine.logits(fresh, idx)
         if engine.in_force() == "kernels":
-            assert engine._forms[policy] is not held
             assert _rows_are_the_transposed_weights(policy, engine._forms[policy].weights)
         assert torch.equal(after, expected)
         return still

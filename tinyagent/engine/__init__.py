@@ -117,7 +117,7 @@ def _kernel_form(policy):
     from .kernel_policy import KernelPolicy
     from .weights import why_not
     form = _forms.get(policy)
-    if form is not None and form.current(policy):
+    if form is not None and (form.current(policy) or form.refresh()):
         return form
     _forms.pop(policy, None)
     reason = why_not(policy) if type(policy) is Policy else f"it is a {type(policy).__name__}"

@@ -13,6 +13,7 @@ per kernel.
 """
 import math
 import numbers
+import operator
 
 import torch
 
@@ -109,9 +110,12 @@ def kept_rows(where, keep, n):
         keep = list(keep)
     else:
         keep = None
-    if keep is None or not all(isinstance(j, numbers.Integral) and not isinstance(j, bool)
-                               and 0 <= j < n for j in keep) \
-            or any(a >= b for a, b in zip(keep, keep[1:])):
+    # A rollout's keep is a list of Python ints, checked by type in one C pass; another integer
+    # type (numpy's) is checked one by one
+    if keep is None or (set(map(type, keep)) - {int} and not all(
+            isinstance(j, numbers.Integral) and not isinstance(j, bool) for j in keep)) \
+            or (keep and (min(keep) < 0 or max(keep) >= n)) \
+            or any(map(operator.ge, keep, keep[1:])):
         raise ValueError(f"{where}: keep must be increasing indices of the cache's rows, in "
                          f"[0, {n}), as a list, got {keep!r:.200}")
     return keep

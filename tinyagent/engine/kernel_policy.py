@@ -1,7 +1,8 @@
 """The policy as the kernels compute it: `KernelPolicy` answers the calls `Policy` answers
 (`features`, `head`, `prefill`, `step`) and a rollout's `compact`, with the engine's passes, from
 the policy's own parameters. The seam (__init__.py) makes one for each policy the kernels may
-compute (`weights.why_not`) and keeps it while it is `current`.
+compute (`weights.why_not`) and keeps it while it is `current`, or its weights' values alone
+changed (`refresh`).
 
 Each call checks its tokens, positions, rows and cache once, as `Policy` does, before any kernel
 runs: the kernels write where the cache says.
@@ -26,6 +27,15 @@ class KernelPolicy:
     def current(self, policy):
         """Whether this is still `policy` as it is: no parameter, module or hook changed."""
         return self.weights.current(policy)
+
+    def refresh(self):
+        """After an optimizer's step, the same form with the new weights' rows (and its one-token
+        pass, which reads their addresses, built again at the next step): True. False where more
+        than the values changed, which takes a new form (`weights.Weights.refresh`)."""
+        if not self.weights.refresh():
+            return False
+        self.token_pass = None
+        return True
 
     def computes(self, cache):
         """Whether the kernels compute a decoding call on `cache` now: without a gradient to

@@ -7,7 +7,9 @@ weight is read by the product kernel as its transpose; `Weights` copies each one
 (a copy rounds nothing, so the bits are those of reading the transposed view) and keeps them
 until a parameter changes: an optimizer step, `load_state_dict` or an in-place edit raises the
 parameter's version counter, a new tensor in `.data` changes its address, and either makes
-`current` false, so the next pass copies the rows again.
+`current` false. Where only the versions moved, `refresh` copies the rows again and keeps the
+rest (an optimizer's step, twice a GRPO step and at every SFT step); otherwise the seam makes a
+new `Weights`, and asks `why_not` again.
 """
 from operator import attrgetter, is_, methodcaller
 
@@ -93,10 +95,14 @@ class Weights:
             for module in (b.ln_1, b.attn.qkv, b.attn.proj, b.ln_2, b.mlp.fc, b.mlp.proj):
                 self.ordered += [module.weight, module.bias]
         self.ordered += [policy.ln_f.weight, policy.ln_f.bias]
-        with torch.inference_mode(False):     # plain tensors, whatever mode the caller is in
-            self.rows = {m: m.weight.detach().t().contiguous()
-                         for m in modules if type(m) is nn.Linear}
-        self.token_pass = None            # token_pass.OneTokenPass, built at the first step
+        self.linears = [m for m in modules if type(m) is nn.Linear]
+        self.rows = self._copy_rows()
+
+    def _copy_rows(self):
+        """Each linear layer's weight transposed into rows, as plain tensors whatever mode the
+        caller is in."""
+        with torch.inference_mode(False):
+            return {m: m.weight.detach().t().contiguous() for m in self.linears}
 
     def _stamp(self):
         """Each parameter's version counter and address: an in-place change (an optimizer's step,
@@ -106,12 +112,27 @@ class Weights:
         tensors = [p for _, _, p in self.slots]
         return list(map(_VERSION, tensors)) + list(map(_ADDRESS, tensors))
 
-    def current(self, policy):
-        """Whether these rows are still the policy's weights, and its structure is still the one
-        the kernels compute (no module replaced, no hook added, no parameter swapped)."""
+    def _same_structure(self):
+        """Whether the policy's structure is still the one the kernels compute: no hook added, no
+        module replaced, no parameter swapped."""
         parents, names, modules = self.found
         params, param_names, tensors = self.found_params
         return not (_global_hooks() or any(self.hooks)) \
             and all(map(is_, map(dict.get, parents, names), modules)) \
-            and all(map(is_, map(dict.get, params, param_names), tensors)) \
-            and self._stamp() == self.stamp
+            and all(map(is_, map(dict.get, params, param_names), tensors))
+
+    def current(self, policy):
+        """Whether these rows are still the policy's weights, and its structure is still the one
+        the kernels compute."""
+        return self._same_structure() and self._stamp() == self.stamp
+
+    def refresh(self):
+        """After the parameters' values changed in place and nothing else did (an optimizer's
+        step: versions raised, every module, hook and tensor where it was), the rows copied again,
+        and True. Otherwise False, nothing changed: a new tensor in `.data` (which may hold
+        another precision), a hook or a replaced module takes a new `Weights`."""
+        stamp, n = self._stamp(), len(self.slots)
+        if stamp[n:] != self.stamp[n:] or not self._same_structure():
+            return False
+        self.stamp, self.rows = stamp, self._copy_rows()
+        return True
