@@ -304,6 +304,17 @@ def test_tinyagent_engine_torch_runs_a_training_step_on_plain_pytorch():
     assert done.stdout.split() == ["torch", "torch.optim.adam"]
 
 
+@pytest.mark.parametrize("engine_name, loaded", [("kernels", True), ("torch", False)])
+def test_the_kernels_passes_are_loaded_where_a_run_starts_and_only_on_their_engine(engine_name,
+                                                                                   loaded):
+    # A first pass pays no import: `start` loads the passes when the kernels compute.
+    code = ("import sys\nfrom tinyagent import engine\nengine.start()\n"
+            "print(all(f'tinyagent.engine.{m}' in sys.modules for m in "
+            "('kernel_policy', 'sequence_pass', 'token_pass', 'adam', '_kernels')))")
+    done = _python(code, TINYAGENT_ENGINE=engine_name)
+    assert done.stdout.split() == [str(loaded)]
+
+
 def test_without_the_c_extension_a_run_starts_on_torch_and_says_so_once():
     hide = ("import sys, importlib.abc\n"
             "class Hide(importlib.abc.MetaPathFinder):\n"

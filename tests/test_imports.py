@@ -72,11 +72,16 @@ def _package_imports(path, loading=False):
     `loading`, outside functions only: what loading it imports): relative imports of any level,
     `from tinyagent.x.y import`, `from tinyagent.x import module` and `import tinyagent.x.y`, each
     as the graph's module it reaches."""
+    tree = ast.parse(path.read_text())
+    return _imported(path, _module_level(tree) if loading else ast.walk(tree))
+
+
+def _imported(path, nodes):
+    """The package modules named by the import statements among `nodes` of the file at `path`."""
     name = _name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
-    tree = ast.parse(path.read_text())
-    for node in (_module_level(tree) if loading else ast.walk(tree)):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[:len(package) - (node.level - 1)]
@@ -103,8 +108,31 @@ def _module_imports(module, loading=False):
                          if _unit(_name(path)) == module))
 
 
+SEAM = PACKAGE / "engine" / "__init__.py"
+
+
+def _start_imports():
+    """What `engine.start()` imports inside its body: the kernels' passes, loaded where a run
+    starts (when the kernels compute, as in these tests)."""
+    start = next(node for node in ast.parse(SEAM.read_text()).body
+                 if isinstance(node, ast.FunctionDef) and node.name == "start")
+    return _imported(SEAM, ast.walk(start))
+
+
+def _starts_the_engine(module):
+    """Whether loading `module` calls `engine.start()` (the harness's face does)."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr == "start" and isinstance(node.func.value, ast.Name)
+               and node.func.value.id == "engine"
+               for path in FILES if _unit(_name(path)) == module
+               for node in _module_level(ast.parse(path.read_text())))
+
+
 GRAPH = {m: _module_imports(m) for m in MODULES}
-LOADING = {m: _module_imports(m, loading=True) for m in MODULES}   # imports outside functions
+# What loading a module imports: its imports outside functions, and what `engine.start()` imports
+# where it is called as the module loads.
+LOADING = {m: _module_imports(m, loading=True)
+           | (_start_imports() if _starts_the_engine(m) else set()) for m in MODULES}
 
 
 def closure(module, graph=GRAPH):

@@ -82,10 +82,11 @@ def in_force():
 
 def start():
     """Where a run starts, once per process: on x86-64 the pins of the stored arithmetic
-    (arithmetic.py) in the environment, before torch computes with them, and freed memory kept for
-    the next tensor (memory.py). Called by the passes below at their first call, by `load_policy`,
-    `build_rl_base` and the harness's entry points; a notebook's set-up line names it. If torch
-    chose its kernels before the pins were in place, says so in one line."""
+    (arithmetic.py) in the environment, before torch computes with them, freed memory kept for the
+    next tensor (memory.py), and the kernels' passes imported where they compute. Called by the
+    passes below at their first call, by `load_policy`, `build_rl_base` and the harness's entry
+    points; a notebook's set-up line names it. If torch chose its kernels before the pins were in
+    place, says so in one line."""
     global _started
     if _started:
         return
@@ -98,6 +99,8 @@ def start():
         _notice(f"torch chose its {chosen} kernels before the engine's pins were set, so the "
                 f"digits may differ from the stored outputs: call tinyagent.engine.start() (or "
                 f"load a checkpoint) before computing with torch")
+    if in_force() == "kernels":
+        from . import adam, kernel_policy  # noqa: F401  (their import is no part of a first pass)
 
 
 def _kernel_form(policy):
