@@ -39,6 +39,7 @@ $(if $(call has_unsafe_characters,$(VENV)),$(call refuse,VENV=$(VENV),a path of 
 $(if $(strip $(NOTEBOOKS)),,$(call refuse,an empty NOTEBOOKS,it lists the notebooks to execute (default: notebooks/10*.ipynb)))
 $(foreach n,$(NOTEBOOKS),$(if $(or $(filter-out %.ipynb,$(n)),$(call has_unsafe_characters,$(n)),$(filter-out $(wildcard $(n)),$(n))),$(call refuse,NOTEBOOKS=$(NOTEBOOKS),every entry must be an existing .ipynb file$(comma) and $(n) is not (the notebooks: $(wildcard notebooks/*.ipynb)))))
 $(if $(TORCH_INDEX),$(if $(and $(filter 1,$(words $(TORCH_INDEX))),$(filter cpu pip http://% https://% file://%,$(TORCH_INDEX))),,$(call refuse,TORCH_INDEX=$(TORCH_INDEX),allowed: empty (PyTorch's CPU index if it answers$(comma) else pip's own configuration)$(comma) cpu$(comma) pip$(comma) or one index URL starting with https://$(comma) http:// or file://)))
+$(if $(INSTRUCTIONS),$(if $(filter 1,$(INSTRUCTIONS)),,$(call refuse,INSTRUCTIONS=$(INSTRUCTIONS),allowed: 1 (with AGAINST=REV: count both sides' instructions under valgrind) or empty)))
 $(if $(CLUSTER),$(if $(and $(filter 1,$(words $(CLUSTER))),$(findstring ://,$(CLUSTER))),,$(call refuse,CLUSTER=$(CLUSTER),allowed: one scheduler address such as tcp://host:8786)))
 FIGURE_NOTEBOOKS := $(shell grep -l save_figure $(NOTEBOOKS))
 # The shell's own values of the variables that can override a pin (fingerprint.OVERRIDES), taken
@@ -140,9 +141,10 @@ unit: $(STAMP)
 	$(BIN)/pytest -n 2 tests
 
 # How fast TinyAgent trains here, with both engines, into docs/performance.md; AGAINST=REV also
-# times that git revision side by side (tinyagent/harness/bench.py).
+# times that git revision side by side, and INSTRUCTIONS=1 counts both sides' instructions under
+# valgrind, which a busy machine does not change (tinyagent/harness/bench.py).
 bench: $(STAMP)
-	$(BIN)/python -m tinyagent.harness.bench --write docs/performance.md $(if $(AGAINST),--against $(call quote,$(AGAINST)))
+	$(BIN)/python -m tinyagent.harness.bench --write docs/performance.md $(if $(AGAINST),--against $(call quote,$(AGAINST))) $(if $(INSTRUCTIONS),--instructions)
 
 # JupyterLab on working copies of the notebooks in lab/ (git-ignored; tinyagent/harness/lab.py
 # says how they follow notebooks/): exploring, autosave and progress bars never change the stored

@@ -2,6 +2,7 @@
 command line before running anything, its profile finds both halves of train_rl's steps and counts
 their products once, its rates divide the right work by the right time, and it builds a baseline's
 C kernels only where they exist."""
+import os
 import shutil
 import time
 
@@ -10,6 +11,7 @@ import torch
 
 from tinyagent.engine import matmul
 from tinyagent.grpo import RLConfig, train_rl
+from tinyagent.harness import bench
 from tinyagent.harness.bench import PHASES, build_kernels, kernel_rate, main, step_profile
 from tinyagent.harness.cache import ROOT
 from tinyagent.checkpoint import load_rl_base
@@ -81,3 +83,38 @@ def test_a_baseline_without_c_kernels_is_left_alone_and_a_failed_build_is_named(
     (tmp_path / "tinyagent" / "gelu.c").write_text("this is not C either\n")
     with pytest.raises(RuntimeError, match="building the C kernels in"):
         build_kernels(tmp_path)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--instructions"], "--against"),
+    (["--instructions", "--against", "HEAD"], "valgrind"),
+])
+def test_counting_instructions_is_refused_before_anything_runs(argv, words, capsys, monkeypatch):
+    monkeypatch.setattr(bench.shutil, "which", lambda tool: None)
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_instructions_are_counted_from_the_runs_first_step_to_the_end_of_its_evaluation(
+        tmp_path, monkeypatch):
+    """With stand-ins for valgrind (it runs the program and reports a count) and callgrind_control
+    (it logs each switch), the count is read off valgrind's report, and counting is switched on
+    once, as the run's training starts, and off once, after its evaluation."""
+    log = tmp_path / "switches"
+    (tmp_path / "valgrind").write_text(
+        '#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\n"$@" || exit $?\n'
+        'echo "==1== Collected : 4242" >&2\n')
+    (tmp_path / "callgrind_control").write_text(f'#!/bin/sh\necho "$1" >> {log}\n')
+    for tool in ("valgrind", "callgrind_control"):
+        (tmp_path / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    marks_the_load = ("load = bench.load_rl_base\n"
+                      "def marked_load():\n"
+                      f"    with open({str(log)!r}, 'a') as f: print('load', file=f)\n"
+                      "    return load()\n"
+                      "bench.load_rl_base = marked_load\n")
+    monkeypatch.setattr(bench, "COUNTED", bench.COUNTED.replace(
+        "bench.timed_run(", marks_the_load + "bench.timed_run("))
+    assert bench.counted_revisions((None,)) == {None: 4242}
+    assert log.read_text().split() == ["load", "--instr=on", "--instr=off"]

@@ -121,7 +121,7 @@ def test_pins_are_read_from_pyproject():
 # (`make test PYTHON=...` puts PYTHON=... in MAKEFLAGS and in the environment) and its depth.
 # The child `make` below is a make of its own, started as a reader starts one.
 CALLERS_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR",
-                "PYTHON", "TORCH_INDEX", "VENV", "NOTEBOOKS", "CLUSTER", "STRICT")
+                "PYTHON", "TORCH_INDEX", "VENV", "NOTEBOOKS", "CLUSTER", "STRICT", "INSTRUCTIONS")
 
 
 def child_env(**settings):
@@ -169,7 +169,7 @@ def test_make_runs_only_in_the_project(tmp_path):
 @pytest.mark.parametrize("setting", [
     "TORCH_INDEX=https://example.invalid/simple numpy==1.0", "TORCH_INDEX=garbage",
     "CLUSTER=tcp://h:1 --workers 0", "CLUSTER=h", "NOTEBOOKS=missing.ipynb",
-    "NOTEBOOKS=README.md", "NOTEBOOKS=", "VENV=", "VENV=a;b"])
+    "NOTEBOOKS=README.md", "NOTEBOOKS=", "VENV=", "VENV=a;b", "INSTRUCTIONS=yes"])
 def test_a_make_variable_of_the_wrong_form_is_refused_before_any_command(setting):
     done = make("-n", "-W", "pyproject.toml", "setup", "study", "notebooks", setting)
     name, _, value = setting.partition("=")

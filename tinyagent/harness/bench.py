@@ -2,8 +2,10 @@
 
     python -m tinyagent.harness.bench                      this code, both engines
     python -m tinyagent.harness.bench --against REV        and REV side by side, the ratio
+    python -m tinyagent.harness.bench --against REV --instructions
+                                                           and both sides' instructions counted
     python -m tinyagent.harness.bench --write FILE.md      the report also written to FILE.md
-    make bench [AGAINST=REV]                               the same, written to docs/performance.md
+    make bench [AGAINST=REV [INSTRUCTIONS=1]]              the same, written to docs/performance.md
 
 Times `train_rl`, the loop every run of the notebooks goes through, for a 40-step run of Chapter
 9's default configuration from the RL base agent, plus one held-out evaluation (10 tasks x 16
@@ -16,14 +18,18 @@ and at the engine's kernel's own, on one of the policy's largest products. Then 
 evaluation in fresh processes: with the engine's kernels, with the plain PyTorch modules
 (`TINYAGENT_ENGINE=torch`), and, with `--against`, a revision checked out into a scratch git
 worktree and timed alternately with this code in one sitting, so that the ratio compares like with
-like. Last, three steps from a plain script that knows nothing of the harness (no pins in its
-environment, no thread count set) against the same in a pinned process. The arithmetic is the
+like; with `--instructions`, also the instructions each side executes for a shorter run +
+evaluation, counted by valgrind's callgrind, a measure that what else the machine runs does not
+change (seconds on a shared host can differ by 15% between identical runs). Last, three steps
+from a plain script that knows nothing of the harness (no pins in its environment, no thread
+count set) against the same in a pinned process. The arithmetic is the
 pinned one (engine/arithmetic.py) unless the environment says otherwise.
 """
 import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -140,23 +146,75 @@ TIMED = ("import json, time, torch; torch.set_num_threads(1)\n"
          "print(json.dumps(run))")
 
 
-def timed_revision(tree, engine="kernels"):
-    """One run + evaluation and SFT_STEPS steps of SFT of the package in `tree` (None: this
-    code), in a fresh pinned process computing with `engine`: {"total": s, "warm": s, "sft": s,
-    ...}, "warm" a second run + evaluation in the same process (the first pays one-time costs,
-    such as imports)."""
+def _revision_process(tree, engine="kernels"):
+    """(environment, bench module) of a fresh pinned process that runs the package in `tree`
+    (None: this code) computing with `engine`."""
     env = {**os.environ, **runnable_pins(), "OMP_NUM_THREADS": "1", "TINYAGENT_ENGINE": engine}
     if tree is not None:
         env["PYTHONPATH"] = str(tree)            # ahead of the editable install of this code
     # A revision older than the harness folder kept its bench in tinyagent/bench.py; named
     # explicitly, since the editable install would lend it this code's harness otherwise.
     old = not (Path(tree or ROOT) / "tinyagent" / "harness" / "bench.py").exists()
-    script = TIMED.format(bench="tinyagent.bench" if old else "tinyagent.harness.bench")
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tree or ROOT,
-                          capture_output=True, text=True)
+    return env, "tinyagent.bench" if old else "tinyagent.harness.bench"
+
+
+def timed_revision(tree, engine="kernels"):
+    """One run + evaluation and SFT_STEPS steps of SFT of the package in `tree` (None: this
+    code), in a fresh pinned process computing with `engine`: {"total": s, "warm": s, "sft": s,
+    ...}, "warm" a second run + evaluation in the same process (the first pays one-time costs,
+    such as imports)."""
+    env, bench = _revision_process(tree, engine)
+    done = subprocess.run([sys.executable, "-c", TIMED.format(bench=bench)], env=env,
+                          cwd=tree or ROOT, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"timing the code in {tree or ROOT} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
+
+
+COUNTED_STEPS = 3    # under callgrind a step takes about a minute
+# timed_run with callgrind's counting switched on where its clock starts (train_rl) and off where
+# it stops (after evaluate): the load of the checkpoint and the imports before it are not counted.
+COUNTED = ("import os, subprocess, torch; torch.set_num_threads(1)\n"
+           "import {bench} as bench\n"
+           "def count(state):\n"
+           "    subprocess.run(['callgrind_control', '--instr=' + state, str(os.getpid())],\n"
+           "                   check=True, capture_output=True)\n"
+           "train_rl, evaluate = bench.train_rl, bench.evaluate\n"
+           "def counted_train_rl(*args, **kwargs):\n"
+           "    count('on')\n"
+           "    return train_rl(*args, **kwargs)\n"
+           "def counted_evaluate(*args, **kwargs):\n"
+           "    out = evaluate(*args, **kwargs)\n"
+           "    count('off')\n"
+           "    return out\n"
+           "bench.train_rl, bench.evaluate = counted_train_rl, counted_evaluate\n"
+           f"bench.timed_run(steps={COUNTED_STEPS})\n")
+INSTRUMENTS = ("valgrind", "callgrind_control")
+
+
+def counted_revisions(trees):
+    """{tree: instructions} of a COUNTED_STEPS-step run + evaluation of the package in each tree
+    (None: this code), as timed_run times it, counted by valgrind's callgrind, all trees at once.
+    Unlike seconds, the count does not depend on what else the machine runs: on a shared host,
+    where two identical runs can differ by 15%, it still tells 1%."""
+    with tempfile.TemporaryDirectory() as scratch:
+        running = {}
+        for i, tree in enumerate(trees):
+            env, bench = _revision_process(tree)
+            running[tree] = subprocess.Popen(
+                ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                 f"--callgrind-out-file={scratch}/{i}.out", sys.executable, "-c",
+                 COUNTED.format(bench=bench)],
+                env=env, cwd=tree or ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                text=True)
+        counts = {}
+        for tree, process in running.items():
+            err = process.communicate()[1]
+            collected = [line.split()[-1] for line in err.splitlines() if "Collected :" in line]
+            if process.returncode or not collected:
+                raise RuntimeError(f"counting the code in {tree or ROOT} failed:\n{err[-2000:]}")
+            counts[tree] = int(collected[-1])
+    return counts
 
 
 def build_kernels(tree):
@@ -171,10 +229,11 @@ def build_kernels(tree):
         raise RuntimeError(f"building the C kernels in {tree} failed:\n{done.stderr[-2000:]}")
 
 
-def against(revision, rounds):
+def against(revision, rounds, instructions=False):
     """Seconds of one run + evaluation and of SFT_STEPS SFT steps, this code's and `revision`'s,
     alternated `rounds` times, each side first in every other round (on a shared host the second
-    of two runs back to back tends to be faster); each side's best of each."""
+    of two runs back to back tends to be faster); each side's best of each. With `instructions`,
+    also each side's instructions (counted_revisions) as "counted"."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "baseline"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
@@ -185,11 +244,16 @@ def against(revision, rounds):
             for round_ in range(rounds):
                 for side in ((None, tree) if round_ % 2 == 0 else (tree, None)):
                     times["this code" if side is None else revision].append(timed_revision(side))
+            counts = counted_revisions((None, tree)) if instructions else {}
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
-    return {name: {part: min(t[part] for t in runs) for part in ("total", "warm", "sft")}
+    best = {name: {part: min(t[part] for t in runs) for part in ("total", "warm", "sft")}
             for name, runs in times.items()}
+    for name, tree_ in (("this code", None), (revision, tree)):
+        if tree_ in counts:
+            best[name]["counted"] = counts[tree_]
+    return best
 
 
 def side_by_side(seeds=(0, 1)):
@@ -238,6 +302,11 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=4, metavar="N",
                         help="alternations of this code and the baseline; the best of each is "
                              "compared (default 4)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --against, also count both sides' instructions of a "
+                             f"{COUNTED_STEPS}-step run + evaluation under valgrind's callgrind "
+                             "(about ten minutes), which other programs on the machine do not "
+                             "change")
     parser.add_argument("--write", metavar="FILE.md",
                         help="also write the report to FILE.md (make bench: docs/performance.md)")
     args = parser.parse_args(argv)
@@ -251,6 +320,13 @@ def main(argv=None):
         if known.returncode != 0:
             parser.error(f"--against {args.against!r} is not a commit of this repository "
                          f"(any hash that `git log` lists)")
+    if args.instructions:
+        if args.against is None:
+            parser.error("--instructions counts this code against a revision: give --against REV")
+        missing = [tool for tool in INSTRUMENTS if shutil.which(tool) is None]
+        if missing:
+            parser.error(f"--instructions needs valgrind's callgrind ({', '.join(missing)} not "
+                         f"found; Debian/Ubuntu: apt install valgrind)")
     lines = []
 
     def say(line):
@@ -288,13 +364,17 @@ def main(argv=None):
         say(f"{what}: the engine's kernels {kernels:.2f} s, plain PyTorch "
             f"(TINYAGENT_ENGINE=torch) {plain:.2f} s; the kernels take {kernels / plain:.2f} of it")
     if args.against is not None:
-        best = against(args.against, args.rounds)
+        best = against(args.against, args.rounds, args.instructions)
+        ours, theirs = best["this code"], best[args.against]
         for part, what in (("total", "one run + evaluation in a fresh process"),
                            ("warm", "  the same, second in its process"),
                            ("sft", f"{SFT_STEPS} SFT steps")):
-            ours, theirs = best["this code"][part], best[args.against][part]
-            say(f"{what}, best of {args.rounds} alternated: this code {ours:.2f} s, "
-                f"{args.against} {theirs:.2f} s; ratio {ours / theirs:.3f}")
+            say(f"{what}, best of {args.rounds} alternated: this code {ours[part]:.2f} s, "
+                f"{args.against} {theirs[part]:.2f} s; ratio {ours[part] / theirs[part]:.3f}")
+        if args.instructions:
+            say(f"instructions of a {COUNTED_STEPS}-step run + evaluation (callgrind): this code "
+                f"{ours['counted'] / 1e6:,.1f} M, {args.against} {theirs['counted'] / 1e6:,.1f} M; "
+                f"ratio {ours['counted'] / theirs['counted']:.3f}")
     plain, pinned = plain_script(False), plain_script(True)
     say(f"{PLAIN_STEPS} steps from a plain script: {plain:.2f} s; in a pinned one-thread process "
         f"{pinned:.2f} s; ratio {plain / pinned:.2f}")
