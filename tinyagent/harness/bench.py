@@ -22,8 +22,8 @@ like; with `--instructions`, also the instructions each side executes for a shor
 evaluation, counted by valgrind's callgrind, a measure that what else the machine runs does not
 change (seconds on a shared host can differ by 15% between identical runs). Last, three steps
 from a plain script that knows nothing of the harness (no pins in its environment, no thread
-count set) against the same in a pinned process. The arithmetic is the
-pinned one (engine/arithmetic.py) unless the environment says otherwise.
+count set) against the same in a pinned process. The arithmetic is the pinned one
+(engine/arithmetic.py) unless the environment says otherwise.
 """
 import argparse
 import json
