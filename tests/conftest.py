@@ -8,6 +8,7 @@
   naming the platform and `what`. TINYAGENT_IMITATE_PLATFORM=aarch64 (say) imitates another
   platform here as it does for the contract.
 """
+import json
 import os
 
 import pytest
@@ -81,3 +82,26 @@ def kernels_engine():
     engine.use("kernels")
     yield
     engine.use(None)
+
+
+@pytest.fixture
+def draw_files(monkeypatch, tmp_path):
+    """A function that writes what a study draw starts from into tmp_path and returns (plan,
+    agents), the paths of a plan and an agents file that both name agents a and b. Its argument
+    names the agents that get a fake checkpoint and its .sha256 (study.CHECKPOINTS points there)."""
+    from tinyagent.science import study
+
+    def write(checkpoint_agents):
+        checkpoints = tmp_path / "checkpoints"
+        checkpoints.mkdir()
+        for agent in checkpoint_agents:
+            (checkpoints / f"{agent}.pt").write_bytes(agent.encode() * 100)
+            (checkpoints / f"{agent}.sha256").write_text(
+                study.file_sha256(checkpoints / f"{agent}.pt"))
+        monkeypatch.setattr(study, "CHECKPOINTS", checkpoints)
+        plan, agents = tmp_path / "plan.json", tmp_path / "agents.json"
+        plan.write_text(json.dumps({"design": {"agents": ["a", "b"]}}))
+        agents.write_text(json.dumps({"agents": ["a", "b"]}))
+        return plan, agents
+
+    return write

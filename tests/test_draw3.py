@@ -21,7 +21,7 @@ def fake_run(seed=0, steps=3):
 # ---------------------------------------------------------------- a small draw, one file per agent
 
 @pytest.fixture
-def small_draw(monkeypatch, tmp_path):
+def small_draw(monkeypatch, tmp_path, draw_files):
     """A draw of agents a and b x 2 settings x 4 seeds of 3-step runs, one file per agent, with
     fake checkpoints, a plan and an agents file, and a fake trainer that counts its runs."""
     monkeypatch.setattr(study, "SETTINGS", ("none", "k"))
@@ -29,16 +29,7 @@ def small_draw(monkeypatch, tmp_path):
     monkeypatch.setattr(study, "STEPS", 3)
     monkeypatch.setattr(draw3, "SETTINGS", ("none", "k"))
     monkeypatch.setattr(draw3, "SEEDS", (0, 1, 2, 3))
-    checkpoints = tmp_path / "checkpoints"
-    checkpoints.mkdir()
-    for agent in ("a", "b", "c"):
-        (checkpoints / f"{agent}.pt").write_bytes(agent.encode() * 100)
-        (checkpoints / f"{agent}.sha256").write_text(study.file_sha256(checkpoints / f"{agent}.pt"))
-    monkeypatch.setattr(study, "CHECKPOINTS", checkpoints)
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"design": {"agents": ["a", "b"]}}))
-    agents = tmp_path / "agents.json"
-    agents.write_text(json.dumps({"agents": ["a", "b"]}))
+    plan, agents = draw_files(("a", "b", "c"))
     draw = study.Draw("small draw", tmp_path / "draw_{agent}.jsonl.gz", agents, plan,
                       stamps_start=True, per_agent=True)
     trained = []

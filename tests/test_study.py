@@ -217,20 +217,11 @@ def test_the_declared_plan_names_every_claim_with_an_estimand_the_rule_knows():
 # ---------------------------------------------------------------- the plan, the starting checkpoint
 
 @pytest.fixture
-def stamped_draw(small_design, monkeypatch, tmp_path):
+def stamped_draw(small_design, tmp_path, draw_files):
     """The small design as a draw that stamps its starting checkpoint and records its plan's
     digest: fake checkpoints a.pt and b.pt with their .sha256, a plan file and an agents file."""
     _, records = small_design
-    checkpoints = tmp_path / "checkpoints"
-    checkpoints.mkdir()
-    for agent in ("a", "b"):
-        (checkpoints / f"{agent}.pt").write_bytes(agent.encode() * 100)
-        (checkpoints / f"{agent}.sha256").write_text(study.file_sha256(checkpoints / f"{agent}.pt"))
-    monkeypatch.setattr(study, "CHECKPOINTS", checkpoints)
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"design": {"agents": ["a", "b"]}}))
-    agents = tmp_path / "agents.json"
-    agents.write_text(json.dumps({"agents": ["a", "b"]}))
+    plan, agents = draw_files(("a", "b"))
     draw = study.Draw("test draw", tmp_path / "draw.jsonl.gz", agents, plan, stamps_start=True)
     stamped = [{**r, "start_sha256": study.start_sha256(r["agent"])} for r in records]
     study._write(stamped, draw=draw)
